@@ -1,0 +1,378 @@
+//! Host implementation of the `arch` surface on `core` atomics.
+//!
+//! A block is one CPU thread: `thread_index` is 0, `block_threads` is 1 and the block barrier
+//! does nothing. Scoped loads and stores map to the C++ memory model orders they name
+//! (`relaxed`, `acquire`, `release`); every scope is the whole process. Asynchronous copies
+//! complete before they return. The latency-packet pair keeps the packet guarantee (a reader
+//! that sees the flag word sees the payload word written with it) by writing the payload
+//! before the flag with release and reading the flag with acquire before the payload.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+// ---------------------------------------------------------------- indices and barriers
+
+/// Host: a block is one thread, so this is 0.
+#[inline(always)]
+pub fn thread_index() -> u32 {
+    0
+}
+
+/// Host: a block is one thread.
+#[inline(always)]
+pub fn block_threads() -> u32 {
+    1
+}
+
+/// Host: the block index is passed explicitly (`SnacArgs::block`); this is 0.
+#[inline(always)]
+pub fn block_index() -> u32 {
+    0
+}
+
+/// Host: blocks are passed explicitly; this is 1.
+#[inline(always)]
+pub fn grid_blocks() -> u32 {
+    1
+}
+
+/// Host: a block is one thread, so the barrier does nothing.
+#[inline(always)]
+pub fn sync_block() {}
+
+/// Host: aborts the process (the device `trap`).
+#[inline(always)]
+pub fn trap() -> ! {
+    std::process::abort()
+}
+
+// ---------------------------------------------------------------- fences
+
+/// Host `fence.acq_rel.cta`: an acquire-release fence.
+#[inline(always)]
+pub fn fence_cta() {
+    fence(Ordering::AcqRel)
+}
+
+/// Host `fence.acq_rel.gpu`: an acquire-release fence.
+#[inline(always)]
+pub fn fence_gpu() {
+    fence(Ordering::AcqRel)
+}
+
+/// Host `fence.acq_rel.sys`: an acquire-release fence.
+#[inline(always)]
+pub fn fence_sys() {
+    fence(Ordering::AcqRel)
+}
+
+/// Host `fence.proxy.async`: a sequentially consistent fence.
+#[inline(always)]
+pub fn fence_proxy_async() {
+    fence(Ordering::SeqCst)
+}
+
+/// Host `fence.mbarrier_init.release.cluster`: a release fence.
+#[inline(always)]
+pub fn fence_mbarrier_init() {
+    fence(Ordering::Release)
+}
+
+// ---------------------------------------------------------------- scoped loads and stores
+
+macro_rules! scoped_load {
+    ($(#[$doc:meta])* $name:ident, $ty:ty, $atomic:ty, $order:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `p` is a valid, aligned pointer that is only accessed atomically meanwhile.
+        #[inline(always)]
+        pub unsafe fn $name(p: *const $ty) -> $ty {
+            // SAFETY: the caller guarantees `p` is valid, aligned and accessed atomically.
+            unsafe { <$atomic>::from_ptr(p as *mut $ty) }.load($order)
+        }
+    };
+}
+
+macro_rules! scoped_store {
+    ($(#[$doc:meta])* $name:ident, $ty:ty, $atomic:ty, $order:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `p` is a valid, aligned pointer that is only accessed atomically meanwhile.
+        #[inline(always)]
+        pub unsafe fn $name(p: *mut $ty, v: $ty) {
+            // SAFETY: the caller guarantees `p` is valid, aligned and accessed atomically.
+            unsafe { <$atomic>::from_ptr(p) }.store(v, $order)
+        }
+    };
+}
+
+scoped_load!(
+    /// Host `ld.relaxed.gpu.global.u64`
+    ld_relaxed_gpu_u64, u64, AtomicU64, Ordering::Relaxed);
+scoped_load!(
+    /// Host `ld.relaxed.sys.global.u64`
+    ld_relaxed_sys_u64, u64, AtomicU64, Ordering::Relaxed);
+scoped_load!(
+    /// Host `ld.acquire.gpu.global.u64`
+    ld_acquire_gpu_u64, u64, AtomicU64, Ordering::Acquire);
+scoped_load!(
+    /// Host `ld.acquire.sys.global.u64`
+    ld_acquire_sys_u64, u64, AtomicU64, Ordering::Acquire);
+scoped_load!(
+    /// Host `ld.relaxed.gpu.global.u32`
+    ld_relaxed_gpu_u32, u32, AtomicU32, Ordering::Relaxed);
+scoped_load!(
+    /// Host `ld.acquire.gpu.global.u32`
+    ld_acquire_gpu_u32, u32, AtomicU32, Ordering::Acquire);
+scoped_store!(
+    /// Host `st.relaxed.gpu.global.u64`
+    st_relaxed_gpu_u64, u64, AtomicU64, Ordering::Relaxed);
+scoped_store!(
+    /// Host `st.relaxed.sys.global.u64`
+    st_relaxed_sys_u64, u64, AtomicU64, Ordering::Relaxed);
+scoped_store!(
+    /// Host `st.release.gpu.global.u64`
+    st_release_gpu_u64, u64, AtomicU64, Ordering::Release);
+scoped_store!(
+    /// Host `st.release.sys.global.u64`
+    st_release_sys_u64, u64, AtomicU64, Ordering::Release);
+scoped_store!(
+    /// Host `st.relaxed.gpu.global.u32`
+    st_relaxed_gpu_u32, u32, AtomicU32, Ordering::Relaxed);
+scoped_store!(
+    /// Host `st.release.gpu.global.u32`
+    st_release_gpu_u32, u32, AtomicU32, Ordering::Release);
+
+// ---------------------------------------------------------------- atomics
+
+/// Host `atom.acq_rel.gpu.global.add.u32`
+///
+/// # Safety
+/// `p` is a valid, aligned pointer that is only accessed atomically meanwhile.
+#[inline(always)]
+pub unsafe fn atom_add_acq_rel_gpu_u32(p: *mut u32, v: u32) -> u32 {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::AcqRel)
+}
+
+/// Host `atom.acq_rel.sys.global.add.u32`
+///
+/// # Safety
+/// `p` is a valid, aligned pointer that is only accessed atomically meanwhile.
+#[inline(always)]
+pub unsafe fn atom_add_acq_rel_sys_u32(p: *mut u32, v: u32) -> u32 {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::AcqRel)
+}
+
+/// Host `red.release.sys.global.add.u64`
+///
+/// # Safety
+/// `p` is a valid, aligned pointer that is only accessed atomically meanwhile.
+#[inline(always)]
+pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { AtomicU64::from_ptr(p) }.fetch_add(v, Ordering::Release);
+}
+
+/// Host `red.relaxed.gpu.global.add.u64`
+///
+/// # Safety
+/// `p` is a valid, aligned pointer that is only accessed atomically meanwhile.
+#[inline(always)]
+pub unsafe fn red_add_relaxed_gpu_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { AtomicU64::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------- 16-byte vector access
+
+/// Host `ld.global.v2.u64`
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned pointer.
+#[inline(always)]
+pub unsafe fn ld_v128(p: *const u128) -> u128 {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { p.read() }
+}
+
+/// Host `st.global.v2.u64`
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned pointer.
+#[inline(always)]
+pub unsafe fn st_v128(p: *mut u128, v: u128) {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { p.write(v) }
+}
+
+/// Host `ld.volatile.global.v2.u64`: word 1 (the flag) with acquire, then word 0.
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned pointer only accessed through this pair meanwhile.
+#[inline(always)]
+pub unsafe fn ld_volatile_v2_u64(p: *const [u64; 2]) -> [u64; 2] {
+    let words = p as *mut u64;
+    // SAFETY: the caller guarantees `p`; both words are in bounds.
+    unsafe {
+        let flag = AtomicU64::from_ptr(words.add(1)).load(Ordering::Acquire);
+        let payload = AtomicU64::from_ptr(words).load(Ordering::Relaxed);
+        [payload, flag]
+    }
+}
+
+/// Host `st.volatile.global.v2.u64`: word 0, then word 1 (the flag) with release.
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned pointer only accessed through this pair meanwhile.
+#[inline(always)]
+pub unsafe fn st_volatile_v2_u64(p: *mut [u64; 2], v: [u64; 2]) {
+    let words = p as *mut u64;
+    // SAFETY: the caller guarantees `p`; both words are in bounds.
+    unsafe {
+        AtomicU64::from_ptr(words).store(v[0], Ordering::Relaxed);
+        AtomicU64::from_ptr(words.add(1)).store(v[1], Ordering::Release);
+    }
+}
+
+/// Host `ld.shared.v2.u64`
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned pointer.
+#[inline(always)]
+pub unsafe fn ld_shared_v128(p: *const u128) -> u128 {
+    // SAFETY: the caller guarantees `p`.
+    unsafe { p.read() }
+}
+
+// ---------------------------------------------------------------- sleeping
+
+/// Host `nanosleep.u32`: yields the thread (sleeping would only slow the emulation).
+#[inline(always)]
+pub fn nanosleep(_ns: u32) {
+    std::thread::yield_now()
+}
+
+/// Host `%globaltimer`: nanoseconds since the first call in this process.
+#[inline(always)]
+pub fn global_timer_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+// ---------------------------------------------------------------- dynamic shared memory
+
+/// Host: there is no block-wide shared memory; callers pass their own scratch buffer.
+#[inline(always)]
+pub fn dynamic_shared() -> *mut u8 {
+    core::ptr::null_mut()
+}
+
+// ---------------------------------------------------------------- cp.async
+
+/// Host `cp.async.cg.shared.global [smem], [gmem], 16`: copies at once.
+///
+/// # Safety
+/// Both pointers are valid for 16 bytes.
+#[inline(always)]
+pub unsafe fn cp_async_16(smem: *mut u8, src: *const u8) {
+    // SAFETY: the caller guarantees both pointers.
+    unsafe { core::ptr::copy_nonoverlapping(src, smem, 16) }
+}
+
+/// Host `cp.async.commit_group`: nothing is pending.
+#[inline(always)]
+pub fn cp_async_commit() {}
+
+/// Host `cp.async.wait_group N`: nothing is pending.
+#[inline(always)]
+pub fn cp_async_wait<const PENDING: u32>() {}
+
+// ---------------------------------------------------------------- mbarrier + bulk copies
+
+/// Host `mbarrier.init.shared::cta.b64`: stores 0.
+///
+/// # Safety
+/// `bar` is a valid, aligned u64.
+#[inline(always)]
+pub unsafe fn mbarrier_init(bar: *mut u64, _arrivals: u32) {
+    // SAFETY: the caller guarantees `bar`.
+    unsafe { bar.write(0) }
+}
+
+/// Host `mbarrier.inval.shared::cta.b64`: nothing to do.
+///
+/// # Safety
+/// Always safe on the host; kept unsafe for the same surface.
+#[inline(always)]
+pub unsafe fn mbarrier_inval(_bar: *mut u64) {}
+
+/// Host `mbarrier.arrive.expect_tx.shared::cta.b64`: bulk loads complete at once.
+///
+/// # Safety
+/// Always safe on the host; kept unsafe for the same surface.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_expect_tx(_bar: *mut u64, _bytes: u32) {}
+
+/// Host `mbarrier.try_wait.parity.shared::cta.b64`: always complete.
+///
+/// # Safety
+/// Always safe on the host; kept unsafe for the same surface.
+#[inline(always)]
+pub unsafe fn mbarrier_try_wait_parity(_bar: *mut u64, _parity: u32) -> bool {
+    true
+}
+
+/// Host `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`: copies at once.
+///
+/// # Safety
+/// Both pointers are valid for `bytes` bytes.
+#[inline(always)]
+pub unsafe fn bulk_load(smem: *mut u8, src: *const u8, bytes: u32, _bar: *mut u64) {
+    // SAFETY: the caller guarantees both pointers.
+    unsafe { core::ptr::copy_nonoverlapping(src, smem, bytes as usize) }
+}
+
+/// Host `cp.async.bulk.global.shared::cta.bulk_group`: copies at once.
+///
+/// # Safety
+/// Both pointers are valid for `bytes` bytes.
+#[inline(always)]
+pub unsafe fn bulk_store(dst: *mut u8, smem: *const u8, bytes: u32) {
+    // SAFETY: the caller guarantees both pointers.
+    unsafe { core::ptr::copy_nonoverlapping(smem, dst, bytes as usize) }
+}
+
+/// Host `cp.async.bulk.commit_group`: nothing is pending.
+#[inline(always)]
+pub fn bulk_commit() {}
+
+/// Host `cp.async.bulk.wait_group.read N`: nothing is pending.
+#[inline(always)]
+pub fn bulk_wait_read<const PENDING: u32>() {}
+
+/// Host `cp.async.bulk.wait_group N`: nothing is pending.
+#[inline(always)]
+pub fn bulk_wait<const PENDING: u32>() {}
+
+// ---------------------------------------------------------------- conversions
+
+/// Host `cvt.f32.f16`
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// Host `cvt.rn.f16.f32`
+#[inline(always)]
+pub fn f32_to_f16(v: f32) -> u16 {
+    half::f16::from_f32(v).to_bits()
+}
+
+/// Host `cvt.rn.bf16.f32`
+#[inline(always)]
+pub fn f32_to_bf16(v: f32) -> u16 {
+    half::bf16::from_f32(v).to_bits()
+}

@@ -1,0 +1,159 @@
+//! The register datapath: 16-byte loads straight into registers, several vectors in flight per
+//! thread, strided across the group so a warp's accesses coalesce. Sm70 runs it on the GPU;
+//! [`Host`] runs it on one CPU thread.
+
+use super::{Atom, copy_bytes, reduce_scalar};
+use crate::arch;
+use crate::coop::Coop;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use seq_macro::seq;
+
+/// Vectors in flight per thread in the register copy.
+pub(crate) const COPY_UNROLL: usize = 8;
+const _: () = assert!(COPY_UNROLL == 8, "copy() names one register per vector: seq!(K in 0..8)");
+
+/// Copies the whole 16-byte vectors of `bytes`, [`COPY_UNROLL`] per thread in flight, then the
+/// tail bytes.
+///
+/// # Safety
+/// As [`Atom::copy`].
+#[inline(always)]
+pub(crate) unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize) {
+    let (dst_v, src_v) = (dst as *mut u128, src as *const u128);
+    let vectors = bytes / 16;
+    let stride = coop.size as usize;
+    let step = stride * COPY_UNROLL;
+    let full = vectors - vectors % step;
+    let mut base = coop.index as usize;
+    while base < full {
+        // Unrolled by hand (seq!) so the vectors stay in registers: LLVM does not fully unroll
+        // loops whose bodies are this large.
+        seq!(K in 0..8 {
+            // SAFETY: `base + K * stride < full <= vectors`, in bounds of both buffers.
+            let r~K = unsafe { arch::ld_v128(src_v.add(base + K * stride)) };
+        });
+        seq!(K in 0..8 {
+            // SAFETY: as above.
+            unsafe { arch::st_v128(dst_v.add(base + K * stride), r~K) };
+        });
+        base += step;
+    }
+    let mut v = full + coop.index as usize;
+    while v < vectors {
+        // SAFETY: `v < vectors`.
+        unsafe { arch::st_v128(dst_v.add(v), arch::ld_v128(src_v.add(v))) };
+        v += stride;
+    }
+    // SAFETY: the tail lies within `bytes`.
+    unsafe { copy_bytes(coop, dst, src, vectors * 16, bytes) };
+}
+
+/// Reduces the whole vectors of `count` elements, then the tail. Four vectors per thread per
+/// source are in flight for 4- and 2-byte types, two for fp8 (whose 16 lanes per vector would
+/// otherwise need too many registers).
+///
+/// # Safety
+/// As [`Atom::reduce`].
+#[inline(always)]
+pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize) {
+    let vectors = count / T::LANES;
+    // SAFETY (both arms): forwarded contract.
+    let full = if T::LANES > 8 {
+        unsafe { reduce_vectors_by_2::<T, O>(coop, dst, srcs, vectors) }
+    } else {
+        unsafe { reduce_vectors_by_4::<T, O>(coop, dst, srcs, vectors) }
+    };
+    let dst_v = dst as *mut u128;
+    let mut v = full + coop.index as usize;
+    while v < vectors {
+        // SAFETY: `v < vectors`.
+        let mut acc = T::unpack(unsafe { arch::ld_v128((srcs[0] as *const u128).add(v)) });
+        for src in &srcs[1..] {
+            // SAFETY: `v < vectors`.
+            combine_into::<T, O>(&mut acc, unsafe { arch::ld_v128((*src as *const u128).add(v)) });
+        }
+        // SAFETY: `v < vectors`.
+        unsafe { arch::st_v128(dst_v.add(v), T::pack(acc)) };
+        v += coop.size as usize;
+    }
+    // SAFETY: the tail lies within `count`.
+    unsafe { reduce_scalar::<T, O>(coop, dst, srcs, vectors * T::LANES, count) };
+}
+
+macro_rules! reduce_vectors {
+    ($name:ident, $unroll:literal) => {
+        /// Reduces whole groups of `$unroll` vectors per thread; returns the vectors covered.
+        ///
+        /// # Safety
+        /// As [`Atom::reduce`], for `vectors` whole vectors.
+        #[inline(always)]
+        unsafe fn $name<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], vectors: usize) -> usize {
+            let stride = coop.size as usize;
+            let step = stride * $unroll;
+            let full = vectors - vectors % step;
+            let dst_v = dst as *mut u128;
+            let first = srcs[0] as *const u128;
+            let mut base = coop.index as usize;
+            while base < full {
+                // Named registers (seq!) rather than arrays: LLVM does not fully unroll loops
+                // with bodies this large, and an array indexed in a loop goes to local memory.
+                seq!(K in 0..$unroll {
+                    // SAFETY: `base + K * stride < full <= vectors`.
+                    let mut acc~K = T::unpack(unsafe { arch::ld_v128(first.add(base + K * stride)) });
+                });
+                for src in &srcs[1..] {
+                    let src_v = *src as *const u128;
+                    seq!(K in 0..$unroll {
+                        // SAFETY: as above.
+                        let r~K = unsafe { arch::ld_v128(src_v.add(base + K * stride)) };
+                    });
+                    seq!(K in 0..$unroll {
+                        combine_into::<T, O>(&mut acc~K, r~K);
+                    });
+                }
+                seq!(K in 0..$unroll {
+                    // SAFETY: as above.
+                    unsafe { arch::st_v128(dst_v.add(base + K * stride), T::pack(acc~K)) };
+                });
+                base += step;
+            }
+            full
+        }
+    };
+}
+
+reduce_vectors!(reduce_vectors_by_4, 4);
+reduce_vectors!(reduce_vectors_by_2, 2);
+
+/// Folds one loaded vector into the accumulator, lane by lane.
+#[inline(always)]
+pub(crate) fn combine_into<T: Element, O: ReduceOp>(acc: &mut T::Lanes, raw: u128) {
+    let x = T::unpack(raw);
+    for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
+        *a = O::combine(*a, *b);
+    }
+}
+
+/// The portable reference Atom: the register datapath on one CPU thread (or any group of
+/// threads on a GPU). It needs no shared memory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Host;
+
+impl Atom for Host {
+    const NAME: &'static str = "host";
+    const THREADS: u32 = 1;
+    const SMEM_BYTES: u32 = 0;
+
+    #[inline(always)]
+    unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, _smem: *mut u8) {
+        // SAFETY: forwarded contract.
+        unsafe { copy(coop, dst, src, bytes) }
+    }
+
+    #[inline(always)]
+    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, _smem: *mut u8) {
+        // SAFETY: forwarded contract.
+        unsafe { reduce::<T, O>(coop, dst, srcs, count) }
+    }
+}

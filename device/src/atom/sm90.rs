@@ -1,0 +1,115 @@
+//! Hopper: large copies go through the bulk-copy engine (`cp.async.bulk` global → shared,
+//! completing on an `mbarrier`, then shared → global), driven by one thread while the others
+//! handle the tail; everything else uses Sm80's `cp.async` ring.
+
+use super::sm80::{ring_bytes, ring_copy, ring_reduce};
+use super::{Atom, copy_bytes};
+use crate::arch;
+use crate::coop::Coop;
+use crate::element::Element;
+use crate::op::ReduceOp;
+
+/// Bytes per bulk copy.
+const CHUNK: usize = 16 * 1024;
+/// Bulk copies in flight (shared-memory stages).
+const BULK_STAGES: usize = 4;
+/// Below this many bytes per block the ring is at least as fast as the bulk engine.
+const BULK_MIN_BYTES: usize = 64 * 1024;
+/// Where the stages' mbarriers sit, after the stage buffers.
+const BARRIERS_AT: usize = CHUNK * BULK_STAGES;
+
+/// Copies `bytes` (a multiple of 16) with the bulk engine; run by one thread.
+///
+/// # Safety
+/// `dst`/`src` valid and 16-byte aligned for `bytes`; `smem` holds `SMEM_BYTES` of shared
+/// memory no other thread touches during the call.
+#[inline(always)]
+unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+    let barrier = |stage: usize| smem.wrapping_add(BARRIERS_AT + stage * 8) as *mut u64;
+    let chunks = bytes.div_ceil(CHUNK);
+    let len = |c: usize| (bytes - c * CHUNK).min(CHUNK) as u32;
+    // SAFETY (whole function): stage buffers and barriers lie inside `smem`; chunk `c` lies
+    // inside both buffers because `c < chunks`.
+    unsafe {
+        for stage in 0..BULK_STAGES {
+            arch::mbarrier_init(barrier(stage), 1);
+        }
+        arch::fence_mbarrier_init();
+        let load = |c: usize| {
+            let stage = c % BULK_STAGES;
+            arch::mbarrier_arrive_expect_tx(barrier(stage), len(c));
+            arch::bulk_load(smem.add(stage * CHUNK), src.add(c * CHUNK), len(c), barrier(stage));
+        };
+        for c in 0..chunks.min(BULK_STAGES) {
+            load(c);
+        }
+        for c in 0..chunks {
+            let stage = c % BULK_STAGES;
+            let parity = ((c / BULK_STAGES) & 1) as u32;
+            while !arch::mbarrier_try_wait_parity(barrier(stage), parity) {}
+            arch::bulk_store(dst.add(c * CHUNK), smem.add(stage * CHUNK), len(c));
+            arch::bulk_commit();
+            // Once the store before this one has read its stage, refill that stage.
+            if c >= 1 && c - 1 + BULK_STAGES < chunks {
+                arch::bulk_wait_read::<1>();
+                load(c - 1 + BULK_STAGES);
+            }
+        }
+        arch::bulk_wait::<0>();
+        arch::fence_proxy_async();
+        for stage in 0..BULK_STAGES {
+            arch::mbarrier_inval(barrier(stage));
+        }
+    }
+}
+
+/// The Hopper copy: bulk engine for large whole-block copies, else the ring.
+///
+/// # Safety
+/// As [`Atom::copy`] with `Sm90::SMEM_BYTES` of shared memory.
+#[inline(always)]
+pub(crate) unsafe fn hopper_copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+    if coop.whole_block && bytes >= BULK_MIN_BYTES {
+        let whole = bytes - bytes % 16;
+        // Other threads may still be draining ring slots of an earlier call.
+        arch::sync_block();
+        if coop.leads() {
+            // SAFETY: forwarded contract; only the leader touches `smem` until the barrier.
+            unsafe { bulk_copy(dst, src, whole, smem) };
+        } else {
+            let rest = Coop::new(coop.index - 1, coop.size - 1);
+            // SAFETY: the tail lies within `bytes`.
+            unsafe { copy_bytes(rest, dst, src, whole, bytes) };
+        }
+        arch::sync_block();
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { ring_copy(coop, dst, src, bytes, smem) }
+    }
+}
+
+/// sm_90: bulk-copy engine for large copies, Sm80's ring for small copies and reductions.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sm90;
+
+impl Atom for Sm90 {
+    const NAME: &'static str = "sm90";
+    const THREADS: u32 = 256;
+    const SMEM_BYTES: u32 = {
+        let ring = ring_bytes(Self::THREADS);
+        let bulk = (BARRIERS_AT + BULK_STAGES * 8) as u32;
+        if ring > bulk { ring } else { bulk }
+    };
+
+    #[inline(always)]
+    unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+        // SAFETY: forwarded contract.
+        unsafe { hopper_copy(coop, dst, src, bytes, smem) }
+    }
+
+    #[inline(always)]
+    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, smem: *mut u8) {
+        // SAFETY: forwarded contract.
+        unsafe { ring_reduce::<T, O>(coop, dst, srcs, count, smem) }
+    }
+}

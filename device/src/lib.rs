@@ -1,0 +1,38 @@
+//! # purlin-device
+//!
+//! The device side of Purlin: copy and N-to-1 reduce primitives tuned per GPU architecture
+//! ([`atom`]), and the single-kernel collectives built on them, callable from inside your own
+//! Rust GPU kernels.
+//!
+//! The crate is `#![no_std]` and builds for `nvptx64-nvidia-cuda` and for the host. On the host
+//! the same code runs on CPU threads (a block is one thread), which is how the protocol is
+//! tested without a GPU.
+//!
+//! Layers, one direction of knowledge: collectives (what moves) → SNAC (where and when) →
+//! [`atom`] (how bytes move on one architecture) → [`arch`] (the only inline PTX).
+//!
+//! ```
+//! use purlin_device::atom::{Atom, Native};
+//! use purlin_device::coop::Coop;
+//! let src = [7u128; 4];
+//! let mut dst = [0u128; 4];
+//! // SAFETY: both buffers are 64 aligned bytes; `Native` on the host needs no shared memory.
+//! unsafe { Native::copy(Coop::block(), dst.as_mut_ptr().cast(), src.as_ptr().cast(), 64, core::ptr::null_mut()) };
+//! assert_eq!(dst, src);
+//! ```
+
+#![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![warn(missing_docs)]
+
+#[cfg(not(target_arch = "nvptx64"))]
+extern crate std;
+
+pub mod arch;
+pub mod atom;
+pub mod coop;
+pub mod element;
+pub mod op;
+pub mod partition;
+
+pub use half;

@@ -1,0 +1,329 @@
+//! # purlin-builder
+//!
+//! Compiles a `no_std` kernel crate to PTX with rustc's NVPTX backend, once per architecture,
+//! from a `build.rs`. This is how `purlin` builds its own kernels, and how you build a crate of
+//! your own kernels that call Purlin's Atoms and collectives from device code.
+//!
+//! The inner build runs `cargo build --release --target nvptx64-nvidia-cuda -Zbuild-std=core`
+//! with the pinned nightly toolchain, `-Ctarget-cpu=sm_XX` (and the PTX version the
+//! architecture needs), in its own target directory and with the outer build's flags cleared,
+//! so the two builds never fight over flags or locks.
+//!
+//! ```no_run
+//! // build.rs of a host crate that launches kernels from `../my-kernels`
+//! use purlin_builder::{Arch, Builder};
+//! let built = Builder::new("../my-kernels").archs(&[Arch::Sm80, Arch::Sm90]).build().unwrap();
+//! for ptx in &built {
+//!     println!("cargo:warning={} -> {}", ptx.arch, ptx.path.display());
+//! }
+//! // In the crate: include_str!(concat!(env!("OUT_DIR"), "/my_kernels.sm_90.ptx"))
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The toolchain device code is built with (it must provide `rust-src` and
+/// `llvm-bitcode-linker`).
+pub const TOOLCHAIN: &str = "nightly-2026-10-30";
+
+/// The LLVM target of NVIDIA GPUs.
+pub const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// A GPU architecture Purlin builds for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Arch {
+    /// Volta (compute capability 7.0).
+    Sm70,
+    /// Ampere (8.0).
+    Sm80,
+    /// Hopper (9.0).
+    Sm90,
+    /// Blackwell (10.0).
+    Sm100,
+}
+
+impl Arch {
+    /// Every architecture, oldest first.
+    pub const ALL: [Arch; 4] = [Arch::Sm70, Arch::Sm80, Arch::Sm90, Arch::Sm100];
+
+    /// The `-Ctarget-cpu` value and file-name tag: `sm_90`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arch::Sm70 => "sm_70",
+            Arch::Sm80 => "sm_80",
+            Arch::Sm90 => "sm_90",
+            Arch::Sm100 => "sm_100",
+        }
+    }
+
+    /// The compute capability, `major * 10 + minor`.
+    pub const fn compute_capability(self) -> u32 {
+        match self {
+            Arch::Sm70 => 70,
+            Arch::Sm80 => 80,
+            Arch::Sm90 => 90,
+            Arch::Sm100 => 100,
+        }
+    }
+
+    /// The PTX version the architecture's instructions need (LLVM defaults to 7.8).
+    pub const fn ptx_feature(self) -> Option<&'static str> {
+        match self {
+            Arch::Sm70 | Arch::Sm80 => None,
+            Arch::Sm90 => Some("+ptx80"),
+            Arch::Sm100 => Some("+ptx86"),
+        }
+    }
+
+    /// The newest architecture whose code a device of compute capability `cc`
+    /// (`major * 10 + minor`) can run, if any.
+    ///
+    /// ```
+    /// use purlin_builder::Arch;
+    /// assert_eq!(Arch::for_compute_capability(90), Some(Arch::Sm90));
+    /// assert_eq!(Arch::for_compute_capability(86), Some(Arch::Sm80));
+    /// assert_eq!(Arch::for_compute_capability(61), None);
+    /// ```
+    pub fn for_compute_capability(cc: u32) -> Option<Arch> {
+        Self::ALL.into_iter().rev().find(|a| a.compute_capability() <= cc)
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A PTX file the builder produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuiltPtx {
+    /// The architecture it was built for.
+    pub arch: Arch,
+    /// Where it is: `<out dir>/<lib name>.<arch>.ptx`.
+    pub path: PathBuf,
+}
+
+/// What went wrong in a device build.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The kernel crate's manifest could not be read or has no `[package] name`.
+    #[error("cannot read the kernel crate manifest {path}: {reason}")]
+    Manifest {
+        /// The manifest path.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// `cargo` could not be started.
+    #[error("cannot run {cargo}: {source}")]
+    Spawn {
+        /// The cargo binary.
+        cargo: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The device build failed; its output was forwarded.
+    #[error("device build for {arch} failed ({status}); run `rustup toolchain install {TOOLCHAIN} --component rust-src,llvm-bitcode-linker,llvm-tools` if the toolchain is missing")]
+    Cargo {
+        /// The architecture being built.
+        arch: Arch,
+        /// cargo's exit status.
+        status: std::process::ExitStatus,
+    },
+    /// The build succeeded but left no PTX where expected.
+    #[error("no PTX at {0}")]
+    Missing(PathBuf),
+    /// Copying the PTX out failed.
+    #[error("cannot copy PTX to {path}: {source}")]
+    Copy {
+        /// The destination.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Builds one kernel crate to PTX for a set of architectures.
+#[derive(Clone, Debug)]
+pub struct Builder {
+    crate_dir: PathBuf,
+    archs: Vec<Arch>,
+    target_dir: Option<PathBuf>,
+    out_dir: Option<PathBuf>,
+    toolchain: String,
+    watch: Vec<PathBuf>,
+}
+
+#[derive(serde::Deserialize)]
+struct Manifest {
+    package: Option<Package>,
+    lib: Option<Lib>,
+}
+#[derive(serde::Deserialize)]
+struct Package {
+    name: String,
+}
+#[derive(serde::Deserialize)]
+struct Lib {
+    name: Option<String>,
+}
+
+/// Environment of the outer build that must not leak into the device build.
+const CLEARED_ENV: &[&str] = &[
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET",
+    "CARGO_BUILD_TARGET_DIR",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTDOCFLAGS",
+    "CARGO_ENCODED_RUSTDOCFLAGS",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_LLVM_COV",
+    "LLVM_PROFILE_FILE",
+];
+
+impl Builder {
+    /// A builder for the crate in `crate_dir` (relative paths are taken from the calling
+    /// crate's manifest directory when run from a build script), for every [`Arch`].
+    pub fn new(crate_dir: impl AsRef<Path>) -> Self {
+        let dir = crate_dir.as_ref();
+        let crate_dir = match std::env::var_os("CARGO_MANIFEST_DIR") {
+            Some(base) if dir.is_relative() => PathBuf::from(base).join(dir),
+            _ => dir.to_path_buf(),
+        };
+        Self {
+            crate_dir,
+            archs: Arch::ALL.to_vec(),
+            target_dir: None,
+            out_dir: None,
+            toolchain: TOOLCHAIN.to_owned(),
+            watch: Vec::new(),
+        }
+    }
+
+    /// Builds for these architectures only.
+    pub fn archs(mut self, archs: &[Arch]) -> Self {
+        self.archs = archs.to_vec();
+        self
+    }
+
+    /// Where the inner builds keep their artifacts (default: `purlin-ptx` beside the outer
+    /// build's target directory, found from `OUT_DIR`, so every profile shares one build).
+    pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.target_dir = Some(dir.into());
+        self
+    }
+
+    /// Where the PTX files go (default: `OUT_DIR`).
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Builds with this rustup toolchain instead of [`TOOLCHAIN`].
+    pub fn toolchain(mut self, toolchain: impl Into<String>) -> Self {
+        self.toolchain = toolchain.into();
+        self
+    }
+
+    /// Also rebuild when files under `path` change (the kernel crate itself is always watched).
+    pub fn watch(mut self, path: impl AsRef<Path>) -> Self {
+        let p = path.as_ref();
+        let p = match std::env::var_os("CARGO_MANIFEST_DIR") {
+            Some(base) if p.is_relative() => PathBuf::from(base).join(p),
+            _ => p.to_path_buf(),
+        };
+        self.watch.push(p);
+        self
+    }
+
+    /// The library name of the kernel crate (the PTX file stem).
+    pub fn lib_name(&self) -> Result<String, BuildError> {
+        let path = self.crate_dir.join("Cargo.toml");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| BuildError::Manifest { path: path.clone(), reason: e.to_string() })?;
+        let manifest: Manifest =
+            toml::from_str(&text).map_err(|e| BuildError::Manifest { path: path.clone(), reason: e.to_string() })?;
+        let name = manifest
+            .lib
+            .and_then(|l| l.name)
+            .or(manifest.package.map(|p| p.name))
+            .ok_or_else(|| BuildError::Manifest { path, reason: "no [package] name".into() })?;
+        Ok(name.replace('-', "_"))
+    }
+
+    fn default_target_dir() -> PathBuf {
+        // OUT_DIR = <target>/<profile>/build/<pkg>-<hash>/out (or <target>/<triple>/<profile>/...).
+        match std::env::var_os("OUT_DIR") {
+            Some(out) => {
+                let out = PathBuf::from(out);
+                let build = out.ancestors().find(|p| p.file_name().is_some_and(|n| n == "build"));
+                match build.and_then(|b| b.parent()).and_then(|profile| profile.parent()) {
+                    Some(target) => target.join("purlin-ptx"),
+                    None => out.join("purlin-ptx"),
+                }
+            }
+            None => std::env::temp_dir().join("purlin-ptx"),
+        }
+    }
+
+    /// Builds every architecture and copies the PTX to the output directory.
+    pub fn build(&self) -> Result<Vec<BuiltPtx>, BuildError> {
+        let lib = self.lib_name()?;
+        let target_dir = self.target_dir.clone().unwrap_or_else(Self::default_target_dir);
+        let out_dir = self
+            .out_dir
+            .clone()
+            .or_else(|| std::env::var_os("OUT_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| target_dir.join("out"));
+        let in_build_script = std::env::var_os("OUT_DIR").is_some();
+        if in_build_script {
+            println!("cargo:rerun-if-changed={}", self.crate_dir.display());
+            for w in &self.watch {
+                println!("cargo:rerun-if-changed={}", w.display());
+            }
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut built = Vec::new();
+        for &arch in &self.archs {
+            let arch_dir = target_dir.join(arch.name());
+            let mut flags = format!("-Ctarget-cpu={}", arch.name());
+            if let Some(f) = arch.ptx_feature() {
+                flags.push_str(" -Ctarget-feature=");
+                flags.push_str(f);
+            }
+            let mut cmd = Command::new(&cargo);
+            cmd.current_dir(&self.crate_dir)
+                .args(["build", "--release", "--lib", "--target", TARGET, "-Zbuild-std=core"])
+                .arg("--manifest-path")
+                .arg(self.crate_dir.join("Cargo.toml"))
+                .arg("--target-dir")
+                .arg(&arch_dir)
+                .env("RUSTUP_TOOLCHAIN", &self.toolchain)
+                .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", &flags)
+                .env_remove("RUSTC");
+            for var in CLEARED_ENV {
+                cmd.env_remove(var);
+            }
+            // The inner cargo must resolve rustc through rustup for RUSTUP_TOOLCHAIN to apply.
+            let status = cmd.status().map_err(|source| BuildError::Spawn { cargo: cargo.clone(), source })?;
+            if !status.success() {
+                return Err(BuildError::Cargo { arch, status });
+            }
+            let ptx = arch_dir.join(TARGET).join("release").join(format!("{lib}.ptx"));
+            if !ptx.exists() {
+                return Err(BuildError::Missing(ptx));
+            }
+            std::fs::create_dir_all(&out_dir).map_err(|source| BuildError::Copy { path: out_dir.clone(), source })?;
+            let dest = out_dir.join(format!("{lib}.{}.ptx", arch.name()));
+            std::fs::copy(&ptx, &dest).map_err(|source| BuildError::Copy { path: dest.clone(), source })?;
+            built.push(BuiltPtx { arch, path: dest });
+        }
+        Ok(built)
+    }
+}
