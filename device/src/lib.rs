@@ -30,6 +30,7 @@ extern crate std;
 
 pub mod arch;
 pub mod atom;
+pub mod context;
 pub mod coop;
 pub mod element;
 pub mod op;

@@ -1,0 +1,114 @@
+//! The context a collective kernel takes by value: where every rank's symmetric buffers are,
+//! where this rank's local protocol state is, and the sizes. `#[repr(C)]` and `Copy`, the same
+//! bytes on host and device; the host fills it once per communicator (see `purlin::Context`).
+//!
+//! Memory a communicator owns, per rank:
+//! - **staging** (symmetric, peers read it): `[throughput half 0 | half 1 | latency half 0 |
+//!   latency half 1]`; each latency half holds one window per sender.
+//! - **signals** (symmetric, peers write it): monotonic `u64` flags.
+//! - **state** (local): per-block epochs, last-arrival counters, the fault record.
+//!
+//! [`WorkspaceLayout`] says how many bytes each needs; allocate them zeroed and 16-byte
+//! aligned (or more), then build the [`Context`].
+//!
+//! ```
+//! use purlin_device::context::WorkspaceLayout;
+//! let layout = WorkspaceLayout::new(4, 1 << 20, 64 << 10);
+//! assert_eq!(layout.staging_bytes(), 2 * (1 << 20) + 2 * 4 * (64 << 10));
+//! assert!(layout.signal_bytes() > 0 && layout.state_bytes() > 0);
+//! ```
+
+/// Most ranks in one communicator.
+pub const MAX_RANKS: usize = 16;
+/// Most blocks one collective launch may use (the length of the per-block epoch array).
+pub const MAX_BLOCKS: usize = 64;
+/// Most chunks in flight per peer (cyclic slots or resident chunks) that have their own counter.
+pub const MAX_CHUNKS: usize = 256;
+
+/// Sizes of the three allocations of one rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkspaceLayout {
+    /// Ranks in the communicator.
+    pub world: u32,
+    /// Bytes of one throughput staging half.
+    pub staging_half_bytes: u64,
+    /// Bytes of one latency window (one sender's packets to one receiver, in one half).
+    pub latency_window_bytes: u64,
+}
+
+impl WorkspaceLayout {
+    /// A layout for `world` ranks.
+    pub const fn new(world: u32, staging_half_bytes: u64, latency_window_bytes: u64) -> Self {
+        Self { world, staging_half_bytes, latency_window_bytes }
+    }
+
+    /// Bytes of the symmetric staging slab.
+    pub const fn staging_bytes(&self) -> u64 {
+        2 * self.staging_half_bytes + 2 * self.world as u64 * self.latency_window_bytes
+    }
+
+    /// Offset of latency half `half` (0 or 1) in the slab.
+    pub const fn latency_offset(&self, half: u64) -> u64 {
+        2 * self.staging_half_bytes + half * self.world as u64 * self.latency_window_bytes
+    }
+
+    /// Bytes of the symmetric signal array.
+    pub const fn signal_bytes(&self) -> u64 {
+        (SIGNAL_KINDS * MAX_RANKS * 8) as u64
+    }
+
+    /// Bytes of the local protocol state.
+    pub const fn state_bytes(&self) -> u64 {
+        LocalState::BYTES as u64
+    }
+}
+
+/// Kinds of signal each rank receives, `MAX_RANKS` words each (indexed by sender).
+pub const SIGNAL_KINDS: usize = 4;
+
+/// Offsets of the local state (in bytes from `Context::state`).
+pub struct LocalState;
+
+impl LocalState {
+    /// `u64` epoch per block, `MAX_BLOCKS` of them.
+    pub const EPOCHS: usize = 0;
+    /// `u32` last-arrival counters.
+    pub const COUNTERS: usize = Self::EPOCHS + MAX_BLOCKS * 8;
+    /// Number of `u32` counters.
+    pub const COUNTER_WORDS: usize = 4 * MAX_RANKS * MAX_CHUNKS;
+    /// The fault record a timed-out wait leaves for the host (see `snac::Fault`).
+    pub const FAULT: usize = Self::COUNTERS + Self::COUNTER_WORDS * 4;
+    /// Bytes reserved for the fault record.
+    pub const FAULT_BYTES: usize = 64;
+    /// Total bytes.
+    pub const BYTES: usize = Self::FAULT + Self::FAULT_BYTES;
+}
+
+/// What a collective kernel knows about its communicator. Passed by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Context {
+    /// Base address of each rank's staging slab, as this rank can address it.
+    pub staging: [u64; MAX_RANKS],
+    /// Base address of each rank's signal array, as this rank can address it.
+    pub signals: [u64; MAX_RANKS],
+    /// This rank's local state (epochs, counters, fault record).
+    pub state: u64,
+    /// Bytes of one throughput staging half.
+    pub staging_half_bytes: u64,
+    /// Bytes of one latency window.
+    pub latency_window_bytes: u64,
+    /// How long any wait may spin before the kernel gives up and records a fault.
+    pub timeout_ns: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the communicator.
+    pub world: u32,
+}
+
+impl Context {
+    /// The layout this context's buffers were allocated with.
+    pub const fn layout(&self) -> WorkspaceLayout {
+        WorkspaceLayout::new(self.world, self.staging_half_bytes, self.latency_window_bytes)
+    }
+}
