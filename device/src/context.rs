@@ -39,7 +39,11 @@ pub struct WorkspaceLayout {
 impl WorkspaceLayout {
     /// A layout for `world` ranks.
     pub const fn new(world: u32, staging_half_bytes: u64, latency_window_bytes: u64) -> Self {
-        Self { world, staging_half_bytes, latency_window_bytes }
+        Self {
+            world,
+            staging_half_bytes,
+            latency_window_bytes,
+        }
     }
 
     /// Bytes of the symmetric staging slab.
@@ -109,6 +113,10 @@ pub struct Context {
 impl Context {
     /// The layout this context's buffers were allocated with.
     pub const fn layout(&self) -> WorkspaceLayout {
-        WorkspaceLayout::new(self.world, self.staging_half_bytes, self.latency_window_bytes)
+        WorkspaceLayout::new(
+            self.world,
+            self.staging_half_bytes,
+            self.latency_window_bytes,
+        )
     }
 }

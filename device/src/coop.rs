@@ -28,14 +28,22 @@ impl Coop {
     /// The whole block: `index = threadIdx.x`, `size = blockDim.x` (one thread on the host).
     #[inline(always)]
     pub fn block() -> Self {
-        Self { index: arch::thread_index(), size: arch::block_threads(), whole_block: true }
+        Self {
+            index: arch::thread_index(),
+            size: arch::block_threads(),
+            whole_block: true,
+        }
     }
 
     /// A group of `size` threads of which this is `index`; not the whole block, so Atoms that
     /// need block barriers fall back to their register datapath.
     #[inline(always)]
     pub const fn new(index: u32, size: u32) -> Self {
-        Self { index, size, whole_block: false }
+        Self {
+            index,
+            size,
+            whole_block: false,
+        }
     }
 
     /// True for the thread that issues group-wide work (index 0).

@@ -291,7 +291,11 @@ impl E4m3 {
         } else {
             f32::from_bits(((exponent + 120) << 23) | (mantissa << 20))
         };
-        if self.0 & 0x80 != 0 { -magnitude } else { magnitude }
+        if self.0 & 0x80 != 0 {
+            -magnitude
+        } else {
+            magnitude
+        }
     }
 }
 
@@ -381,7 +385,10 @@ mod tests {
         assert_eq!(E4m3::from_f32(1.1875).to_f32(), 1.25);
         // Smallest subnormal is 2^-9; half of it ties to 0.
         assert_eq!(E4m3::from_f32(2.0f32.powi(-10)).to_f32(), 0.0);
-        assert_eq!(E4m3::from_f32(1.5 * 2.0f32.powi(-9)).to_f32(), 2.0f32.powi(-8));
+        assert_eq!(
+            E4m3::from_f32(1.5 * 2.0f32.powi(-9)).to_f32(),
+            2.0f32.powi(-8)
+        );
         assert!(E4m3::from_f32(f32::NAN).to_f32().is_nan());
     }
 
@@ -400,21 +407,31 @@ mod tests {
                 .filter(|v| v.is_finite())
                 .map(|v| (v - x).abs())
                 .fold(f32::INFINITY, f32::min);
-            assert!((got - x).abs() <= best, "{x}: got {got}, nearest is {best} away");
+            assert!(
+                (got - x).abs() <= best,
+                "{x}: got {got}, nearest is {best} away"
+            );
         }
     }
 
     #[test]
     fn bf16_and_f16_match_half() {
         for x in [0.0f32, -1.5, 3.1415927, 65504.0, 1.0e-7, 1.0e30] {
-            assert_eq!(bf16::from_f32(x).to_bits(), <bf16 as Element>::from_f32(x).to_bits());
-            assert_eq!(f16::from_f32(x).to_bits(), <f16 as Element>::from_f32(x).to_bits());
+            assert_eq!(
+                bf16::from_f32(x).to_bits(),
+                <bf16 as Element>::from_f32(x).to_bits()
+            );
+            assert_eq!(
+                f16::from_f32(x).to_bits(),
+                <f16 as Element>::from_f32(x).to_bits()
+            );
         }
     }
 
     #[test]
     fn pack_inverts_unpack() {
-        let v = 0x0123_4567_89ab_cdef_0f1e_2d3c_4b5a_6978u128 & !0x8080_8080_8080_8080_8080_8080_8080_8080;
+        let v = 0x0123_4567_89ab_cdef_0f1e_2d3c_4b5a_6978u128
+            & !0x8080_8080_8080_8080_8080_8080_8080_8080;
         assert_eq!(f32::pack(f32::unpack(v)), v);
         assert_eq!(bf16::pack(bf16::unpack(v)), v);
         assert_eq!(f16::pack(f16::unpack(v)), v);

@@ -123,7 +123,11 @@ pub trait TypedVisitor {
 /// assert_eq!(dispatch(DataType::Bf16, ReduceOpKind::Max, Size), 2);
 /// ```
 #[inline(always)]
-pub fn dispatch<V: TypedVisitor>(dtype: crate::element::DataType, op: ReduceOpKind, visitor: V) -> V::Output {
+pub fn dispatch<V: TypedVisitor>(
+    dtype: crate::element::DataType,
+    op: ReduceOpKind,
+    visitor: V,
+) -> V::Output {
     use crate::element::{DataType, E4m3, E5m2};
     use half::{bf16, f16};
     macro_rules! by_op {

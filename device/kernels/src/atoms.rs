@@ -13,9 +13,22 @@ use purlin_device::partition::{even_split, split_bytes};
 /// This block's share of a grid-wide copy.
 #[inline(always)]
 unsafe fn grid_copy<A: Atom>(dst: *mut u8, src: *const u8, bytes: u64) {
-    let (offset, len) = split_bytes(bytes as usize, 16, arch::grid_blocks() as usize, arch::block_index() as usize);
+    let (offset, len) = split_bytes(
+        bytes as usize,
+        16,
+        arch::grid_blocks() as usize,
+        arch::block_index() as usize,
+    );
     // SAFETY: the share lies inside both buffers, at a 16-byte offset.
-    unsafe { A::copy(Coop::block(), dst.add(offset), src.add(offset), len, arch::dynamic_shared()) }
+    unsafe {
+        A::copy(
+            Coop::block(),
+            dst.add(offset),
+            src.add(offset),
+            len,
+            arch::dynamic_shared(),
+        )
+    }
 }
 
 struct GridReduce<A> {
@@ -45,7 +58,13 @@ impl<A: Atom> TypedVisitor for GridReduce<A> {
         }
         // SAFETY: the share lies inside `dst` and every source, 16-byte aligned.
         unsafe {
-            A::reduce::<T, O>(Coop::block(), (self.dst as *mut T).add(offset), &srcs[..n_src], len, arch::dynamic_shared())
+            A::reduce::<T, O>(
+                Coop::block(),
+                (self.dst as *mut T).add(offset),
+                &srcs[..n_src],
+                len,
+                arch::dynamic_shared(),
+            )
         }
     }
 }
@@ -53,13 +72,24 @@ impl<A: Atom> TypedVisitor for GridReduce<A> {
 /// This block's share of a grid-wide reduce of `T`, for the run-time operator.
 #[inline(always)]
 unsafe fn grid_reduce<A: Atom, T: Element>(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32) {
-    let Some(op) = ReduceOpKind::from_u32(op) else { arch::trap() };
+    let Some(op) = ReduceOpKind::from_u32(op) else {
+        arch::trap()
+    };
     if srcs.is_empty() || srcs.len() > purlin_device::atom::MAX_SOURCES {
         arch::trap()
     }
     // One kernel per element type (not one for all), so each gets the registers its own
     // datapath needs rather than the worst type's.
-    dispatch(T::DTYPE, op, GridReduce::<A> { dst, srcs, count: count as usize, atom: core::marker::PhantomData })
+    dispatch(
+        T::DTYPE,
+        op,
+        GridReduce::<A> {
+            dst,
+            srcs,
+            count: count as usize,
+            atom: core::marker::PhantomData,
+        },
+    )
 }
 
 macro_rules! atom_kernels {
@@ -135,13 +165,23 @@ pub unsafe extern "ptx-kernel" fn purlin_test_fused_scale_copy(
     let mut i = arch::thread_index() as usize;
     while i < n {
         // SAFETY: `first + i < count`.
-        unsafe { scratch.add(first + i).write(src.add(first + i).read() * scale) };
+        unsafe {
+            scratch
+                .add(first + i)
+                .write(src.add(first + i).read() * scale)
+        };
         i += arch::block_threads() as usize;
     }
     // The copy reads what other threads of the block wrote.
     arch::sync_block();
     // SAFETY: the share lies inside both buffers, 16-byte aligned.
     unsafe {
-        Native::copy(Coop::block(), dst.add(first).cast(), scratch.add(first).cast(), len, arch::dynamic_shared())
+        Native::copy(
+            Coop::block(),
+            dst.add(first).cast(),
+            scratch.add(first).cast(),
+            len,
+            arch::dynamic_shared(),
+        )
     }
 }

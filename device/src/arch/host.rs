@@ -109,40 +109,88 @@ macro_rules! scoped_store {
 
 scoped_load!(
     /// Host `ld.relaxed.gpu.global.u64`
-    ld_relaxed_gpu_u64, u64, AtomicU64, Ordering::Relaxed);
+    ld_relaxed_gpu_u64,
+    u64,
+    AtomicU64,
+    Ordering::Relaxed
+);
 scoped_load!(
     /// Host `ld.relaxed.sys.global.u64`
-    ld_relaxed_sys_u64, u64, AtomicU64, Ordering::Relaxed);
+    ld_relaxed_sys_u64,
+    u64,
+    AtomicU64,
+    Ordering::Relaxed
+);
 scoped_load!(
     /// Host `ld.acquire.gpu.global.u64`
-    ld_acquire_gpu_u64, u64, AtomicU64, Ordering::Acquire);
+    ld_acquire_gpu_u64,
+    u64,
+    AtomicU64,
+    Ordering::Acquire
+);
 scoped_load!(
     /// Host `ld.acquire.sys.global.u64`
-    ld_acquire_sys_u64, u64, AtomicU64, Ordering::Acquire);
+    ld_acquire_sys_u64,
+    u64,
+    AtomicU64,
+    Ordering::Acquire
+);
 scoped_load!(
     /// Host `ld.relaxed.gpu.global.u32`
-    ld_relaxed_gpu_u32, u32, AtomicU32, Ordering::Relaxed);
+    ld_relaxed_gpu_u32,
+    u32,
+    AtomicU32,
+    Ordering::Relaxed
+);
 scoped_load!(
     /// Host `ld.acquire.gpu.global.u32`
-    ld_acquire_gpu_u32, u32, AtomicU32, Ordering::Acquire);
+    ld_acquire_gpu_u32,
+    u32,
+    AtomicU32,
+    Ordering::Acquire
+);
 scoped_store!(
     /// Host `st.relaxed.gpu.global.u64`
-    st_relaxed_gpu_u64, u64, AtomicU64, Ordering::Relaxed);
+    st_relaxed_gpu_u64,
+    u64,
+    AtomicU64,
+    Ordering::Relaxed
+);
 scoped_store!(
     /// Host `st.relaxed.sys.global.u64`
-    st_relaxed_sys_u64, u64, AtomicU64, Ordering::Relaxed);
+    st_relaxed_sys_u64,
+    u64,
+    AtomicU64,
+    Ordering::Relaxed
+);
 scoped_store!(
     /// Host `st.release.gpu.global.u64`
-    st_release_gpu_u64, u64, AtomicU64, Ordering::Release);
+    st_release_gpu_u64,
+    u64,
+    AtomicU64,
+    Ordering::Release
+);
 scoped_store!(
     /// Host `st.release.sys.global.u64`
-    st_release_sys_u64, u64, AtomicU64, Ordering::Release);
+    st_release_sys_u64,
+    u64,
+    AtomicU64,
+    Ordering::Release
+);
 scoped_store!(
     /// Host `st.relaxed.gpu.global.u32`
-    st_relaxed_gpu_u32, u32, AtomicU32, Ordering::Relaxed);
+    st_relaxed_gpu_u32,
+    u32,
+    AtomicU32,
+    Ordering::Relaxed
+);
 scoped_store!(
     /// Host `st.release.gpu.global.u32`
-    st_release_gpu_u32, u32, AtomicU32, Ordering::Release);
+    st_release_gpu_u32,
+    u32,
+    AtomicU32,
+    Ordering::Release
+);
 
 // ---------------------------------------------------------------- atomics
 
@@ -259,7 +307,10 @@ pub fn nanosleep(_ns: u32) {
 #[inline(always)]
 pub fn global_timer_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 // ---------------------------------------------------------------- dynamic shared memory

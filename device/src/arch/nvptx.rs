@@ -126,40 +126,88 @@ macro_rules! scoped_store {
 
 scoped_load!(
     /// `ld.relaxed.gpu.global.u64`
-    ld_relaxed_gpu_u64, u64, reg64, "ld.relaxed.gpu.global.u64");
+    ld_relaxed_gpu_u64,
+    u64,
+    reg64,
+    "ld.relaxed.gpu.global.u64"
+);
 scoped_load!(
     /// `ld.relaxed.sys.global.u64`
-    ld_relaxed_sys_u64, u64, reg64, "ld.relaxed.sys.global.u64");
+    ld_relaxed_sys_u64,
+    u64,
+    reg64,
+    "ld.relaxed.sys.global.u64"
+);
 scoped_load!(
     /// `ld.acquire.gpu.global.u64`
-    ld_acquire_gpu_u64, u64, reg64, "ld.acquire.gpu.global.u64");
+    ld_acquire_gpu_u64,
+    u64,
+    reg64,
+    "ld.acquire.gpu.global.u64"
+);
 scoped_load!(
     /// `ld.acquire.sys.global.u64`
-    ld_acquire_sys_u64, u64, reg64, "ld.acquire.sys.global.u64");
+    ld_acquire_sys_u64,
+    u64,
+    reg64,
+    "ld.acquire.sys.global.u64"
+);
 scoped_load!(
     /// `ld.relaxed.gpu.global.u32`
-    ld_relaxed_gpu_u32, u32, reg32, "ld.relaxed.gpu.global.u32");
+    ld_relaxed_gpu_u32,
+    u32,
+    reg32,
+    "ld.relaxed.gpu.global.u32"
+);
 scoped_load!(
     /// `ld.acquire.gpu.global.u32`
-    ld_acquire_gpu_u32, u32, reg32, "ld.acquire.gpu.global.u32");
+    ld_acquire_gpu_u32,
+    u32,
+    reg32,
+    "ld.acquire.gpu.global.u32"
+);
 scoped_store!(
     /// `st.relaxed.gpu.global.u64`
-    st_relaxed_gpu_u64, u64, reg64, "st.relaxed.gpu.global.u64");
+    st_relaxed_gpu_u64,
+    u64,
+    reg64,
+    "st.relaxed.gpu.global.u64"
+);
 scoped_store!(
     /// `st.relaxed.sys.global.u64`
-    st_relaxed_sys_u64, u64, reg64, "st.relaxed.sys.global.u64");
+    st_relaxed_sys_u64,
+    u64,
+    reg64,
+    "st.relaxed.sys.global.u64"
+);
 scoped_store!(
     /// `st.release.gpu.global.u64`
-    st_release_gpu_u64, u64, reg64, "st.release.gpu.global.u64");
+    st_release_gpu_u64,
+    u64,
+    reg64,
+    "st.release.gpu.global.u64"
+);
 scoped_store!(
     /// `st.release.sys.global.u64`
-    st_release_sys_u64, u64, reg64, "st.release.sys.global.u64");
+    st_release_sys_u64,
+    u64,
+    reg64,
+    "st.release.sys.global.u64"
+);
 scoped_store!(
     /// `st.relaxed.gpu.global.u32`
-    st_relaxed_gpu_u32, u32, reg32, "st.relaxed.gpu.global.u32");
+    st_relaxed_gpu_u32,
+    u32,
+    reg32,
+    "st.relaxed.gpu.global.u32"
+);
 scoped_store!(
     /// `st.release.gpu.global.u32`
-    st_release_gpu_u32, u32, reg32, "st.release.gpu.global.u32");
+    st_release_gpu_u32,
+    u32,
+    reg32,
+    "st.release.gpu.global.u32"
+);
 
 // ---------------------------------------------------------------- atomics
 
@@ -198,7 +246,9 @@ pub unsafe fn atom_add_acq_rel_sys_u32(p: *mut u32, v: u32) -> u32 {
 #[inline(always)]
 pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` is a valid global address.
-    unsafe { asm!("red.release.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("red.release.sys.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 
 /// `red.relaxed.gpu.global.add.u64`
@@ -208,7 +258,9 @@ pub unsafe fn red_add_release_sys_u64(p: *mut u64, v: u64) {
 #[inline(always)]
 pub unsafe fn red_add_relaxed_gpu_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p` is a valid global address.
-    unsafe { asm!("red.relaxed.gpu.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("red.relaxed.gpu.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 
 // ---------------------------------------------------------------- 16-byte vector access
@@ -310,7 +362,9 @@ pub fn global_timer_ns() -> u64 {
 pub fn dynamic_shared() -> *mut u8 {
     let p: u64;
     // SAFETY: taking the address of the module-scope shared array touches no memory.
-    unsafe { asm!("cvta.shared.u64 {p}, purlin_dynamic_smem;", p = out(reg64) p, options(nostack, nomem, pure)) };
+    unsafe {
+        asm!("cvta.shared.u64 {p}, purlin_dynamic_smem;", p = out(reg64) p, options(nostack, nomem, pure))
+    };
     p as *mut u8
 }
 
@@ -319,7 +373,9 @@ pub fn dynamic_shared() -> *mut u8 {
 fn shared_window(p: *const u8) -> u32 {
     let a: u64;
     // SAFETY: an address conversion touches no memory.
-    unsafe { asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(nostack, nomem, pure)) };
+    unsafe {
+        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(nostack, nomem, pure))
+    };
     a as u32
 }
 
@@ -379,7 +435,9 @@ pub unsafe fn mbarrier_init(bar: *mut u64, arrivals: u32) {
 #[cfg(target_feature = "sm_90")]
 pub unsafe fn mbarrier_inval(bar: *mut u64) {
     // SAFETY: the caller guarantees `bar`.
-    unsafe { asm!("mbarrier.inval.shared::cta.b64 [{b}];", b = in(reg32) shared_window(bar as *const u8), options(nostack)) };
+    unsafe {
+        asm!("mbarrier.inval.shared::cta.b64 [{b}];", b = in(reg32) shared_window(bar as *const u8), options(nostack))
+    };
 }
 
 /// `mbarrier.arrive.expect_tx.shared::cta.b64`
@@ -472,7 +530,9 @@ pub fn bulk_wait<const PENDING: u32>() {
 pub fn f16_to_f32(bits: u16) -> f32 {
     let v: f32;
     // SAFETY: a register conversion.
-    unsafe { asm!("cvt.f32.f16 {v}, {h};", v = out(reg32) v, h = in(reg16) bits, options(nostack, nomem, pure)) };
+    unsafe {
+        asm!("cvt.f32.f16 {v}, {h};", v = out(reg32) v, h = in(reg16) bits, options(nostack, nomem, pure))
+    };
     v
 }
 
@@ -481,7 +541,9 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 pub fn f32_to_f16(v: f32) -> u16 {
     let h: u16;
     // SAFETY: a register conversion.
-    unsafe { asm!("cvt.rn.f16.f32 {h}, {v};", h = out(reg16) h, v = in(reg32) v, options(nostack, nomem, pure)) };
+    unsafe {
+        asm!("cvt.rn.f16.f32 {h}, {v};", h = out(reg16) h, v = in(reg32) v, options(nostack, nomem, pure))
+    };
     h
 }
 
@@ -491,6 +553,8 @@ pub fn f32_to_f16(v: f32) -> u16 {
 pub fn f32_to_bf16(v: f32) -> u16 {
     let h: u16;
     // SAFETY: a register conversion.
-    unsafe { asm!("cvt.rn.bf16.f32 {h}, {v};", h = out(reg16) h, v = in(reg32) v, options(nostack, nomem, pure)) };
+    unsafe {
+        asm!("cvt.rn.bf16.f32 {h}, {v};", h = out(reg16) h, v = in(reg32) v, options(nostack, nomem, pure))
+    };
     h
 }

@@ -83,17 +83,31 @@ pub trait Atom {
     /// # Safety
     /// See the module contract; `1 <= srcs.len() <= MAX_SOURCES`, every pointer is valid for
     /// `count` elements.
-    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, smem: *mut u8);
+    unsafe fn reduce<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        smem: *mut u8,
+    );
 }
 
 /// The best Atom for the architecture this crate is compiled for.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_100"))]
 pub type Native = Sm100;
 /// The best Atom for the architecture this crate is compiled for.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90", not(target_feature = "sm_100")))]
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_90",
+    not(target_feature = "sm_100")
+))]
 pub type Native = Sm90;
 /// The best Atom for the architecture this crate is compiled for.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80", not(target_feature = "sm_90")))]
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_80",
+    not(target_feature = "sm_90")
+))]
 pub type Native = Sm80;
 /// The best Atom for the architecture this crate is compiled for.
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
@@ -107,7 +121,13 @@ pub type Native = Host;
 /// # Safety
 /// As [`Atom::reduce`], for elements `from..to`.
 #[inline(always)]
-pub(crate) unsafe fn reduce_scalar<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], from: usize, to: usize) {
+pub(crate) unsafe fn reduce_scalar<T: Element, O: ReduceOp>(
+    coop: Coop,
+    dst: *mut T,
+    srcs: &[*const T],
+    from: usize,
+    to: usize,
+) {
     let mut i = from + coop.index as usize;
     while i < to {
         // SAFETY: `i < to <= count`; the caller guarantees every pointer for `count` elements.
@@ -136,7 +156,6 @@ pub(crate) unsafe fn copy_bytes(coop: Coop, dst: *mut u8, src: *const u8, from: 
     }
 }
 
-
 /// Up to [`MAX_SOURCES`] source addresses of a reduce, as a plain kernel argument (the same
 /// bytes on host and device).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,7 +182,10 @@ impl ReduceSources {
         }
         let mut ptrs = [0u64; MAX_SOURCES];
         ptrs[..addrs.len()].copy_from_slice(addrs);
-        Some(Self { ptrs, count: addrs.len() as u32 })
+        Some(Self {
+            ptrs,
+            count: addrs.len() as u32,
+        })
     }
 
     /// Number of sources.

@@ -11,7 +11,10 @@ use seq_macro::seq;
 
 /// Vectors in flight per thread in the register copy.
 pub(crate) const COPY_UNROLL: usize = 8;
-const _: () = assert!(COPY_UNROLL == 8, "copy() names one register per vector: seq!(K in 0..8)");
+const _: () = assert!(
+    COPY_UNROLL == 8,
+    "copy() names one register per vector: seq!(K in 0..8)"
+);
 
 /// Copies the whole 16-byte vectors of `bytes`, [`COPY_UNROLL`] per thread in flight, then the
 /// tail bytes.
@@ -56,7 +59,12 @@ pub(crate) unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize
 /// # Safety
 /// As [`Atom::reduce`].
 #[inline(always)]
-pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize) {
+pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
+    coop: Coop,
+    dst: *mut T,
+    srcs: &[*const T],
+    count: usize,
+) {
     let vectors = count / T::LANES;
     // SAFETY (both arms): forwarded contract.
     let full = if T::LANES > 8 {
@@ -71,7 +79,9 @@ pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, sr
         let mut acc = T::unpack(unsafe { arch::ld_v128((srcs[0] as *const u128).add(v)) });
         for src in &srcs[1..] {
             // SAFETY: `v < vectors`.
-            combine_into::<T, O>(&mut acc, unsafe { arch::ld_v128((*src as *const u128).add(v)) });
+            combine_into::<T, O>(&mut acc, unsafe {
+                arch::ld_v128((*src as *const u128).add(v))
+            });
         }
         // SAFETY: `v < vectors`.
         unsafe { arch::st_v128(dst_v.add(v), T::pack(acc)) };
@@ -152,7 +162,13 @@ impl Atom for Host {
     }
 
     #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, _smem: *mut u8) {
+    unsafe fn reduce<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        _smem: *mut u8,
+    ) {
         // SAFETY: forwarded contract.
         unsafe { reduce::<T, O>(coop, dst, srcs, count) }
     }

@@ -22,7 +22,13 @@ impl Atom for Sm100 {
     }
 
     #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, smem: *mut u8) {
+    unsafe fn reduce<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        smem: *mut u8,
+    ) {
         // SAFETY: forwarded contract.
         unsafe { ring_reduce::<T, O>(coop, dst, srcs, count, smem) }
     }

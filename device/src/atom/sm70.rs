@@ -22,7 +22,13 @@ impl Atom for Sm70 {
     }
 
     #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, _smem: *mut u8) {
+    unsafe fn reduce<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        _smem: *mut u8,
+    ) {
         // SAFETY: forwarded contract.
         unsafe { register::reduce::<T, O>(coop, dst, srcs, count) }
     }

@@ -15,7 +15,10 @@ use seq_macro::seq;
 pub(crate) const STAGES: usize = 8;
 /// 16-byte vectors per thread per stage.
 pub(crate) const VECTORS_PER_STAGE: usize = 2;
-const _: () = assert!(VECTORS_PER_STAGE == 2, "ring_reduce names one accumulator per vector");
+const _: () = assert!(
+    VECTORS_PER_STAGE == 2,
+    "ring_reduce names one accumulator per vector"
+);
 
 /// Shared memory the ring needs for a group of `threads` threads.
 pub(crate) const fn ring_bytes(threads: u32) -> u32 {
@@ -35,7 +38,8 @@ impl Ring {
     /// so a warp's shared-memory accesses are free of bank conflicts.
     #[inline(always)]
     fn slot(&self, stage: usize, k: usize) -> *mut u8 {
-        let index = (stage * VECTORS_PER_STAGE + k) * self.coop.size as usize + self.coop.index as usize;
+        let index =
+            (stage * VECTORS_PER_STAGE + k) * self.coop.size as usize + self.coop.index as usize;
         self.smem.wrapping_add(index * 16)
     }
 
@@ -49,7 +53,8 @@ impl Ring {
 
     #[inline(always)]
     fn groups(&self) -> usize {
-        self.vectors.div_ceil(VECTORS_PER_STAGE * self.coop.size as usize)
+        self.vectors
+            .div_ceil(VECTORS_PER_STAGE * self.coop.size as usize)
     }
 
     /// Starts loading group `group` of `src` into the ring.
@@ -73,8 +78,18 @@ impl Ring {
 /// # Safety
 /// As [`Atom::copy`], with `smem` holding `ring_bytes(coop.size)` bytes.
 #[inline(always)]
-pub(crate) unsafe fn ring_copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
-    let ring = Ring { smem, coop, vectors: bytes / 16 };
+pub(crate) unsafe fn ring_copy(
+    coop: Coop,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    smem: *mut u8,
+) {
+    let ring = Ring {
+        smem,
+        coop,
+        vectors: bytes / 16,
+    };
     let groups = ring.groups();
     for g in 0..STAGES {
         if g < groups {
@@ -90,7 +105,12 @@ pub(crate) unsafe fn ring_copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: 
         for k in 0..VECTORS_PER_STAGE {
             if let Some(v) = ring.vector(g, k) {
                 // SAFETY: the slot is this thread's and its copy completed; `v < vectors`.
-                unsafe { arch::st_v128((dst as *mut u128).add(v), arch::ld_shared_v128(ring.slot(stage, k) as *const u128)) };
+                unsafe {
+                    arch::st_v128(
+                        (dst as *mut u128).add(v),
+                        arch::ld_shared_v128(ring.slot(stage, k) as *const u128),
+                    )
+                };
             }
         }
         if g + STAGES < groups {
@@ -117,7 +137,11 @@ pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
     count: usize,
     smem: *mut u8,
 ) {
-    let ring = Ring { smem, coop, vectors: count / T::LANES };
+    let ring = Ring {
+        smem,
+        coop,
+        vectors: count / T::LANES,
+    };
     let n = srcs.len();
     let items = ring.groups() * n;
     // (group, source) of the next item to load.
@@ -212,7 +236,13 @@ impl Atom for Sm80 {
     }
 
     #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, smem: *mut u8) {
+    unsafe fn reduce<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        smem: *mut u8,
+    ) {
         // SAFETY: forwarded contract.
         unsafe { ring_reduce::<T, O>(coop, dst, srcs, count, smem) }
     }

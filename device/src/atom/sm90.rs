@@ -38,7 +38,12 @@ unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
         let load = |c: usize| {
             let stage = c % BULK_STAGES;
             arch::mbarrier_arrive_expect_tx(barrier(stage), len(c));
-            arch::bulk_load(smem.add(stage * CHUNK), src.add(c * CHUNK), len(c), barrier(stage));
+            arch::bulk_load(
+                smem.add(stage * CHUNK),
+                src.add(c * CHUNK),
+                len(c),
+                barrier(stage),
+            );
         };
         for c in 0..chunks.min(BULK_STAGES) {
             load(c);
@@ -68,7 +73,13 @@ unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
 /// # Safety
 /// As [`Atom::copy`] with `Sm90::SMEM_BYTES` of shared memory.
 #[inline(always)]
-pub(crate) unsafe fn hopper_copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+pub(crate) unsafe fn hopper_copy(
+    coop: Coop,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    smem: *mut u8,
+) {
     if coop.whole_block && bytes >= BULK_MIN_BYTES {
         let whole = bytes - bytes % 16;
         // Other threads may still be draining ring slots of an earlier call.
@@ -76,10 +87,11 @@ pub(crate) unsafe fn hopper_copy(coop: Coop, dst: *mut u8, src: *const u8, bytes
         if coop.leads() {
             // SAFETY: forwarded contract; only the leader touches `smem` until the barrier.
             unsafe { bulk_copy(dst, src, whole, smem) };
-        } else {
-            let rest = Coop::new(coop.index - 1, coop.size - 1);
+        }
+        // The last thread (the leader itself in a one-thread block) copies the < 16 tail bytes.
+        if coop.index + 1 == coop.size {
             // SAFETY: the tail lies within `bytes`.
-            unsafe { copy_bytes(rest, dst, src, whole, bytes) };
+            unsafe { copy_bytes(Coop::new(0, 1), dst, src, whole, bytes) };
         }
         arch::sync_block();
     } else {
@@ -108,7 +120,13 @@ impl Atom for Sm90 {
     }
 
     #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], count: usize, smem: *mut u8) {
+    unsafe fn reduce<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        smem: *mut u8,
+    ) {
         // SAFETY: forwarded contract.
         unsafe { ring_reduce::<T, O>(coop, dst, srcs, count, smem) }
     }

@@ -86,13 +86,45 @@ impl Arch {
     /// assert_eq!(Arch::for_compute_capability(61), None);
     /// ```
     pub fn for_compute_capability(cc: u32) -> Option<Arch> {
-        Self::ALL.into_iter().rev().find(|a| a.compute_capability() <= cc)
+        Self::ALL
+            .into_iter()
+            .rev()
+            .find(|a| a.compute_capability() <= cc)
     }
 }
 
 impl fmt::Display for Arch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The cargo target directory a build script runs under, found from its `OUT_DIR`
+/// (`<target>/[<triple>/]<profile>/build/<pkg>-<hash>/out`); `OUT_DIR` itself when the shape
+/// is not recognised.
+///
+/// ```
+/// use std::path::Path;
+/// let out = Path::new("/w/target/debug/build/purlin-0123/out");
+/// assert_eq!(purlin_builder::target_dir_from_out_dir(out), Path::new("/w/target"));
+/// ```
+pub fn target_dir_from_out_dir(out_dir: &Path) -> PathBuf {
+    let build = out_dir
+        .ancestors()
+        .find(|p| p.file_name().is_some_and(|n| n == "build"));
+    match build
+        .and_then(|b| b.parent())
+        .and_then(|profile| profile.parent())
+    {
+        // Cross builds add a <triple> level: <target>/<triple>/<profile>/build.
+        Some(dir) if dir.join("CACHEDIR.TAG").exists() || dir.parent().is_none() => {
+            dir.to_path_buf()
+        }
+        Some(dir) => match dir.parent() {
+            Some(up) if up.join("CACHEDIR.TAG").exists() => up.to_path_buf(),
+            _ => dir.to_path_buf(),
+        },
+        None => out_dir.to_path_buf(),
     }
 }
 
@@ -125,7 +157,9 @@ pub enum BuildError {
         source: std::io::Error,
     },
     /// The device build failed; its output was forwarded.
-    #[error("device build for {arch} failed ({status}); run `rustup toolchain install {TOOLCHAIN} --component rust-src,llvm-bitcode-linker,llvm-tools` if the toolchain is missing")]
+    #[error(
+        "device build for {arch} failed ({status}); run `rustup toolchain install {TOOLCHAIN} --component rust-src,llvm-bitcode-linker,llvm-tools` if the toolchain is missing"
+    )]
     Cargo {
         /// The architecture being built.
         arch: Arch,
@@ -245,29 +279,28 @@ impl Builder {
     /// The library name of the kernel crate (the PTX file stem).
     pub fn lib_name(&self) -> Result<String, BuildError> {
         let path = self.crate_dir.join("Cargo.toml");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| BuildError::Manifest { path: path.clone(), reason: e.to_string() })?;
-        let manifest: Manifest =
-            toml::from_str(&text).map_err(|e| BuildError::Manifest { path: path.clone(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(&path).map_err(|e| BuildError::Manifest {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let manifest: Manifest = toml::from_str(&text).map_err(|e| BuildError::Manifest {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         let name = manifest
             .lib
             .and_then(|l| l.name)
             .or(manifest.package.map(|p| p.name))
-            .ok_or_else(|| BuildError::Manifest { path, reason: "no [package] name".into() })?;
+            .ok_or_else(|| BuildError::Manifest {
+                path,
+                reason: "no [package] name".into(),
+            })?;
         Ok(name.replace('-', "_"))
     }
 
     fn default_target_dir() -> PathBuf {
-        // OUT_DIR = <target>/<profile>/build/<pkg>-<hash>/out (or <target>/<triple>/<profile>/...).
         match std::env::var_os("OUT_DIR") {
-            Some(out) => {
-                let out = PathBuf::from(out);
-                let build = out.ancestors().find(|p| p.file_name().is_some_and(|n| n == "build"));
-                match build.and_then(|b| b.parent()).and_then(|profile| profile.parent()) {
-                    Some(target) => target.join("purlin-ptx"),
-                    None => out.join("purlin-ptx"),
-                }
-            }
+            Some(out) => target_dir_from_out_dir(Path::new(&out)).join("purlin-ptx"),
             None => std::env::temp_dir().join("purlin-ptx"),
         }
     }
@@ -275,7 +308,10 @@ impl Builder {
     /// Builds every architecture and copies the PTX to the output directory.
     pub fn build(&self) -> Result<Vec<BuiltPtx>, BuildError> {
         let lib = self.lib_name()?;
-        let target_dir = self.target_dir.clone().unwrap_or_else(Self::default_target_dir);
+        let target_dir = self
+            .target_dir
+            .clone()
+            .unwrap_or_else(Self::default_target_dir);
         let out_dir = self
             .out_dir
             .clone()
@@ -299,7 +335,14 @@ impl Builder {
             }
             let mut cmd = Command::new(&cargo);
             cmd.current_dir(&self.crate_dir)
-                .args(["build", "--release", "--lib", "--target", TARGET, "-Zbuild-std=core"])
+                .args([
+                    "build",
+                    "--release",
+                    "--lib",
+                    "--target",
+                    TARGET,
+                    "-Zbuild-std=core",
+                ])
                 .arg("--manifest-path")
                 .arg(self.crate_dir.join("Cargo.toml"))
                 .arg("--target-dir")
@@ -311,17 +354,29 @@ impl Builder {
                 cmd.env_remove(var);
             }
             // The inner cargo must resolve rustc through rustup for RUSTUP_TOOLCHAIN to apply.
-            let status = cmd.status().map_err(|source| BuildError::Spawn { cargo: cargo.clone(), source })?;
+            let status = cmd.status().map_err(|source| BuildError::Spawn {
+                cargo: cargo.clone(),
+                source,
+            })?;
             if !status.success() {
                 return Err(BuildError::Cargo { arch, status });
             }
-            let ptx = arch_dir.join(TARGET).join("release").join(format!("{lib}.ptx"));
+            let ptx = arch_dir
+                .join(TARGET)
+                .join("release")
+                .join(format!("{lib}.ptx"));
             if !ptx.exists() {
                 return Err(BuildError::Missing(ptx));
             }
-            std::fs::create_dir_all(&out_dir).map_err(|source| BuildError::Copy { path: out_dir.clone(), source })?;
+            std::fs::create_dir_all(&out_dir).map_err(|source| BuildError::Copy {
+                path: out_dir.clone(),
+                source,
+            })?;
             let dest = out_dir.join(format!("{lib}.{}.ptx", arch.name()));
-            std::fs::copy(&ptx, &dest).map_err(|source| BuildError::Copy { path: dest.clone(), source })?;
+            std::fs::copy(&ptx, &dest).map_err(|source| BuildError::Copy {
+                path: dest.clone(),
+                source,
+            })?;
             built.push(BuiltPtx { arch, path: dest });
         }
         Ok(built)

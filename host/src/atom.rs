@@ -1,0 +1,188 @@
+//! Host launches of the Atom kernels: grid-wide copy and N-to-1 reduce with one chosen Atom.
+//! This is how the Atoms are tested and benchmarked on a GPU; collectives use Atoms from
+//! inside their own kernels.
+
+use crate::error::{Error, Result, check_pointer};
+use crate::gpu::Gpu;
+use crate::ptx::Arch;
+use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use purlin_device::atom::{Atom, MAX_SOURCES, ReduceSources, Sm70, Sm80, Sm90, Sm100};
+use purlin_device::element::DataType;
+use purlin_device::op::ReduceOpKind;
+
+/// Which Atom a launch uses.
+///
+/// ```
+/// use purlin::atom::AtomKind;
+/// use purlin::ptx::Arch;
+/// assert_eq!(AtomKind::available_in(Arch::Sm90).count(), 3);
+/// assert_eq!(AtomKind::Sm80.threads(), 256);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AtomKind {
+    /// 16-byte register copy/reduce.
+    Sm70,
+    /// `cp.async` shared-memory ring.
+    Sm80,
+    /// Bulk-copy engine + mbarrier for large copies, else the ring.
+    Sm90,
+    /// Sm90's datapath, built for Blackwell.
+    Sm100,
+}
+
+impl AtomKind {
+    /// Every Atom.
+    pub const ALL: [AtomKind; 4] = [Self::Sm70, Self::Sm80, Self::Sm90, Self::Sm100];
+
+    /// The oldest architecture whose PTX contains this Atom.
+    pub const fn arch(self) -> Arch {
+        match self {
+            Self::Sm70 => Arch::Sm70,
+            Self::Sm80 => Arch::Sm80,
+            Self::Sm90 => Arch::Sm90,
+            Self::Sm100 => Arch::Sm100,
+        }
+    }
+
+    /// Threads per block.
+    pub const fn threads(self) -> u32 {
+        match self {
+            Self::Sm70 => Sm70::THREADS,
+            Self::Sm80 => Sm80::THREADS,
+            Self::Sm90 => Sm90::THREADS,
+            Self::Sm100 => Sm100::THREADS,
+        }
+    }
+
+    /// Dynamic shared memory per block.
+    pub const fn smem_bytes(self) -> u32 {
+        match self {
+            Self::Sm70 => Sm70::SMEM_BYTES,
+            Self::Sm80 => Sm80::SMEM_BYTES,
+            Self::Sm90 => Sm90::SMEM_BYTES,
+            Self::Sm100 => Sm100::SMEM_BYTES,
+        }
+    }
+
+    /// Short name (`sm70`, ...), as in kernel names.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Sm70 => Sm70::NAME,
+            Self::Sm80 => Sm80::NAME,
+            Self::Sm90 => Sm90::NAME,
+            Self::Sm100 => Sm100::NAME,
+        }
+    }
+
+    /// The Atoms whose kernels the PTX of `arch` contains.
+    pub fn available_in(arch: Arch) -> impl Iterator<Item = AtomKind> {
+        Self::ALL.into_iter().filter(move |a| a.arch() <= arch)
+    }
+
+    fn check(self, gpu: &Gpu) -> Result<()> {
+        if self.arch() > gpu.arch() {
+            return Err(Error::InvalidLaunch(format!(
+                "Atom {} is not in the {} PTX loaded on {}",
+                self.name(),
+                gpu.arch(),
+                gpu.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `ReduceSources` as a kernel argument.
+#[repr(transparent)]
+struct SourcesArg(ReduceSources);
+// SAFETY: `ReduceSources` is `#[repr(C)]` plain data, laid out identically on host and device.
+unsafe impl DeviceRepr for SourcesArg {}
+
+fn config(atom: AtomKind, blocks: u32) -> Result<LaunchConfig> {
+    if blocks == 0 {
+        return Err(Error::InvalidLaunch(
+            "a launch needs at least one block".into(),
+        ));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (atom.threads(), 1, 1),
+        shared_mem_bytes: atom.smem_bytes(),
+    })
+}
+
+/// Copies `bytes` bytes from device address `src` to `dst` on `stream` with `blocks` blocks of
+/// `atom`. Both addresses must be 16-byte aligned; any byte count works.
+///
+/// # Safety
+/// `src` and `dst` are device addresses valid for `bytes` bytes on this GPU (or mapped into it),
+/// they do not overlap, and they stay valid until the copy has finished on `stream`.
+pub unsafe fn copy(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    atom: AtomKind,
+    blocks: u32,
+    dst: u64,
+    src: u64,
+    bytes: u64,
+) -> Result<()> {
+    atom.check(gpu)?;
+    if bytes > 0 {
+        check_pointer("dst", dst, 16)?;
+        check_pointer("src", src, 16)?;
+    }
+    let cfg = config(atom, blocks)?;
+    let f = gpu.function(
+        &format!("purlin_atom_copy_{}", atom.name()),
+        atom.smem_bytes(),
+    )?;
+    let mut launch = stream.launch_builder(&f);
+    launch.arg(&dst).arg(&src).arg(&bytes);
+    // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
+    unsafe { launch.launch(cfg) }?;
+    Ok(())
+}
+
+/// `dst[i] = srcs[0][i] ⊕ … ⊕ srcs[n-1][i]` for `count` elements of `dtype`, accumulated in
+/// `f32` in source order, on `stream` with `blocks` blocks of `atom`.
+///
+/// # Safety
+/// Every address is a device address valid for `count` elements on this GPU (or mapped into
+/// it) until the reduce has finished on `stream`; `dst` overlaps no source except possibly
+/// being equal to one.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn reduce(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    atom: AtomKind,
+    blocks: u32,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: u64,
+    srcs: &[u64],
+    count: u64,
+) -> Result<()> {
+    atom.check(gpu)?;
+    let sources = ReduceSources::new(srcs).ok_or(Error::SourceCount {
+        count: srcs.len(),
+        max: MAX_SOURCES,
+    })?;
+    if count > 0 {
+        check_pointer("dst", dst, 16)?;
+        for &s in srcs {
+            check_pointer("source", s, 16)?;
+        }
+    }
+    let cfg = config(atom, blocks)?;
+    let f = gpu.function(
+        &format!("purlin_atom_reduce_{}_{}", atom.name(), dtype.name()),
+        atom.smem_bytes(),
+    )?;
+    let sources = SourcesArg(sources);
+    let op = op as u32;
+    let mut launch = stream.launch_builder(&f);
+    launch.arg(&dst).arg(&sources).arg(&count).arg(&op);
+    // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
+    unsafe { launch.launch(cfg) }?;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! One GPU as Purlin uses it: its CUDA context, its architecture, and Purlin's kernel module
+//! loaded once per (device, architecture) and shared by every handle.
+
+use crate::error::{Error, Result};
+use crate::ptx::{self, Arch};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A GPU with Purlin's kernels loaded.
+///
+/// ```no_run
+/// let gpu = purlin::Gpu::open(0)?;
+/// println!("{} (sm_{}), {} SMs", gpu.name(), gpu.compute_capability(), gpu.sm_count());
+/// # Ok::<(), purlin::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Gpu {
+    ordinal: usize,
+    context: Arc<CudaContext>,
+    arch: Arch,
+    module: Arc<CudaModule>,
+    compute_capability: u32,
+    sm_count: u32,
+    name: String,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+/// Loaded GPUs, one per (ordinal, architecture): module loading happens once per device.
+fn registry() -> &'static Mutex<HashMap<(usize, Arch), Arc<Gpu>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<(usize, Arch), Arc<Gpu>>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+impl Gpu {
+    /// Whether the NVIDIA driver library can be loaded on this machine.
+    pub fn driver_present() -> bool {
+        // SAFETY: only tries to dlopen the driver library.
+        unsafe { cudarc::driver::sys::is_culib_present() }
+    }
+
+    /// Number of GPUs (0 when there is no driver).
+    pub fn count() -> Result<usize> {
+        if !Self::driver_present() {
+            return Ok(0);
+        }
+        Ok(CudaContext::device_count()? as usize)
+    }
+
+    /// GPU `ordinal` with the PTX of the newest architecture it can run.
+    pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        Self::open_with(ordinal, None)
+    }
+
+    /// GPU `ordinal` with the PTX of `arch` (older PTX runs through the driver's JIT); an
+    /// architecture newer than the device is refused.
+    pub fn open_arch(ordinal: usize, arch: Arch) -> Result<Arc<Gpu>> {
+        Self::open_with(ordinal, Some(arch))
+    }
+
+    fn open_with(ordinal: usize, arch: Option<Arch>) -> Result<Arc<Gpu>> {
+        if !Self::driver_present() {
+            return Err(Error::NoDriver);
+        }
+        let count = CudaContext::device_count()? as usize;
+        if ordinal >= count {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        let context = CudaContext::new(ordinal)?;
+        let (major, minor) = context.compute_capability()?;
+        let cc = (major * 10 + minor) as u32;
+        let arch = match arch {
+            Some(a) if a.compute_capability() > cc => {
+                return Err(Error::ArchUnsupported {
+                    arch: a,
+                    major,
+                    minor,
+                });
+            }
+            Some(a) => a,
+            None => Arch::for_compute_capability(cc).ok_or(Error::ArchUnsupported {
+                arch: Arch::Sm70,
+                major,
+                minor,
+            })?,
+        };
+        let mut loaded = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gpu) = loaded.get(&(ordinal, arch)) {
+            return Ok(gpu.clone());
+        }
+        // Purlin passes raw device addresses and captures launches into graphs: cudarc's
+        // per-allocation event tracking would add stream waits that neither needs.
+        // SAFETY: no CudaSlice of this context is shared between streams by Purlin.
+        unsafe { context.disable_event_tracking() };
+        let module =
+            context.load_module(cudarc::nvrtc::Ptx::from_src(ptx::kernels(arch).text()))?;
+        let sm_count = context.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )? as u32;
+        let gpu = Arc::new(Gpu {
+            ordinal,
+            name: context.name()?,
+            context,
+            arch,
+            module,
+            compute_capability: cc,
+            sm_count,
+            functions: Mutex::new(HashMap::new()),
+        });
+        tracing::debug!(ordinal, %arch, name = %gpu.name, "loaded Purlin kernels");
+        loaded.insert((ordinal, arch), gpu.clone());
+        Ok(gpu)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The CUDA context (the device's primary context).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+
+    /// The architecture of the loaded PTX.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// Compute capability as `major * 10 + minor` (90 for Hopper).
+    pub fn compute_capability(&self) -> u32 {
+        self.compute_capability
+    }
+
+    /// Streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A new stream on this GPU.
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        Ok(self.context.new_stream()?)
+    }
+
+    /// Kernel `name` of the loaded PTX, allowed `smem_bytes` of dynamic shared memory
+    /// (cached; the shared-memory limit is raised once per kernel).
+    pub fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name).map_err(|e| match e.0 {
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
+                name: name.to_owned(),
+                arch: self.arch,
+            },
+            _ => Error::Driver(e),
+        })?;
+        if smem_bytes > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem_bytes as i32,
+            )?;
+        }
+        functions.insert(name.to_owned(), f.clone());
+        Ok(f)
+    }
+}

@@ -1,0 +1,44 @@
+//! # Purlin
+//!
+//! Single-kernel collectives (AllReduce, AllGather, ReduceScatter, AllToAll and their V forms)
+//! and per-architecture copy / N-to-1 reduce primitives for the GPUs of one NVLink server, for
+//! Rust programs. Collectives launch from the host, or are called from inside your own Rust GPU
+//! kernels through [`purlin_device`] (build your kernel crate with [`builder`]).
+//!
+//! This crate is the host side: it embeds Purlin's PTX for sm_70, sm_80, sm_90 and sm_100 and
+//! loads the one the device runs ([`Gpu`]), checks every argument before anything is launched
+//! ([`Error`]), and launches kernels on `cudarc` streams. The driver is loaded at run time, so
+//! the crate builds on machines without CUDA.
+//!
+//! ```no_run
+//! use purlin::{Gpu, atom::{self, AtomKind}};
+//! let gpu = Gpu::open(0)?;
+//! let stream = gpu.new_stream()?;
+//! let src = stream.clone_htod(&vec![1.0f32; 1 << 20])?;
+//! let mut dst = stream.alloc_zeros::<f32>(1 << 20)?;
+//! use cudarc::driver::{DevicePtr, DevicePtrMut};
+//! let (s, _g1) = src.device_ptr(&stream);
+//! let (d, _g2) = dst.device_ptr_mut(&stream);
+//! // SAFETY: both buffers hold 4 MiB and live until the stream is synchronised below.
+//! unsafe { atom::copy(&gpu, &stream, AtomKind::Sm90, gpu.sm_count(), d, s, 4 << 20)? };
+//! stream.synchronize()?;
+//! # Ok::<(), purlin::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod atom;
+pub mod error;
+pub mod gpu;
+pub mod ptx;
+
+pub use error::{Error, Result};
+pub use gpu::Gpu;
+pub use purlin_device;
+pub use purlin_device::element::{DataType, E4m3, E5m2, Element};
+pub use purlin_device::op::ReduceOpKind;
+
+/// Compile your own kernel crate to PTX from a `build.rs` (see [`purlin_builder`]).
+pub mod builder {
+    pub use purlin_builder::*;
+}

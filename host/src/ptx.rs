@@ -1,0 +1,68 @@
+//! The PTX of Purlin's kernels, built for every [`Arch`] and embedded (compressed) in this
+//! crate, and the choice of one by compute capability.
+
+pub use purlin_builder::Arch;
+use std::sync::OnceLock;
+
+/// The embedded PTX of one architecture.
+#[derive(Debug)]
+pub struct EmbeddedPtx {
+    /// The architecture it targets.
+    pub arch: Arch,
+    compressed: &'static [u8],
+    text: OnceLock<String>,
+}
+
+impl EmbeddedPtx {
+    /// The PTX text (decompressed once, on first use).
+    pub fn text(&self) -> &str {
+        self.text.get_or_init(|| {
+            let bytes = miniz_oxide::inflate::decompress_to_vec(self.compressed)
+                .expect("the embedded PTX was compressed by this crate's build script");
+            String::from_utf8(bytes).expect("PTX is ASCII")
+        })
+    }
+}
+
+macro_rules! embedded {
+    ($arch:ident, $file:literal) => {
+        EmbeddedPtx {
+            arch: Arch::$arch,
+            compressed: include_bytes!(concat!(env!("OUT_DIR"), "/", $file)),
+            text: OnceLock::new(),
+        }
+    };
+}
+
+static KERNELS: [EmbeddedPtx; 4] = [
+    embedded!(Sm70, "purlin_kernels.sm_70.ptx.deflate"),
+    embedded!(Sm80, "purlin_kernels.sm_80.ptx.deflate"),
+    embedded!(Sm90, "purlin_kernels.sm_90.ptx.deflate"),
+    embedded!(Sm100, "purlin_kernels.sm_100.ptx.deflate"),
+];
+
+/// The embedded PTX of `arch`.
+///
+/// ```
+/// use purlin::ptx::{self, Arch};
+/// assert!(ptx::kernels(Arch::Sm90).text().contains(".target sm_90"));
+/// ```
+pub fn kernels(arch: Arch) -> &'static EmbeddedPtx {
+    KERNELS
+        .iter()
+        .find(|k| k.arch == arch)
+        .expect("every Arch is embedded")
+}
+
+/// The PTX a device of compute capability `major.minor` should load: the newest architecture
+/// it can run.
+///
+/// ```
+/// use purlin::ptx::{self, Arch};
+/// assert_eq!(ptx::for_compute_capability(9, 0).unwrap().arch, Arch::Sm90);
+/// assert_eq!(ptx::for_compute_capability(8, 9).unwrap().arch, Arch::Sm80);
+/// assert!(ptx::for_compute_capability(6, 1).is_none());
+/// ```
+pub fn for_compute_capability(major: i32, minor: i32) -> Option<&'static EmbeddedPtx> {
+    Arch::for_compute_capability((major * 10 + minor) as u32).map(kernels)
+}
