@@ -56,9 +56,10 @@ impl WorkspaceLayout {
         2 * self.staging_half_bytes + half * self.world as u64 * self.latency_window_bytes
     }
 
-    /// Bytes of the symmetric signal array.
+    /// Bytes of the symmetric signal array: [`SIGNAL_KINDS`] × [`MAX_RANKS`] monotonic `u64`
+    /// flags, then the extent packets (see [`SignalLayout`]).
     pub const fn signal_bytes(&self) -> u64 {
-        (SIGNAL_KINDS * MAX_RANKS * 8) as u64
+        SignalLayout::BYTES as u64
     }
 
     /// Bytes of the local protocol state.
@@ -70,6 +71,40 @@ impl WorkspaceLayout {
 /// Kinds of signal each rank receives, `MAX_RANKS` words each (indexed by sender).
 pub const SIGNAL_KINDS: usize = 4;
 
+/// Byte offsets inside one rank's signal array. Peers write it; its owner reads it.
+///
+/// `flag(kind, sender)` is the last flag `sender` posted to this rank for that kind (see
+/// `snac::SignalKind`): data ready, reduced shard ready (gather), staging slot consumed, and
+/// arrival (posted once per call at entry, so a timed-out wait can name a rank that never
+/// joined). After the flags come the extent packets: two halves (epoch parity) of one
+/// 16-byte packet per sender, used by the variable-length all-to-all to agree on its size.
+///
+/// ```
+/// use purlin_device::context::{SignalLayout, MAX_RANKS};
+/// assert_eq!(SignalLayout::flag(0, 0), 0);
+/// assert_eq!(SignalLayout::flag(1, 2), (MAX_RANKS + 2) * 8);
+/// assert_eq!(SignalLayout::extent(1, 0) % 16, 0);
+/// ```
+pub struct SignalLayout;
+
+impl SignalLayout {
+    /// Offset of the flag of `kind` (0..[`SIGNAL_KINDS`]) posted by `sender`.
+    pub const fn flag(kind: usize, sender: usize) -> usize {
+        (kind * MAX_RANKS + sender) * 8
+    }
+
+    /// Offset of the first extent packet.
+    pub const EXTENTS: usize = SIGNAL_KINDS * MAX_RANKS * 8;
+
+    /// Offset of the extent packet of `sender` in half `half` (0 or 1).
+    pub const fn extent(half: usize, sender: usize) -> usize {
+        Self::EXTENTS + (half * MAX_RANKS + sender) * 16
+    }
+
+    /// Total bytes.
+    pub const BYTES: usize = Self::EXTENTS + 2 * MAX_RANKS * 16;
+}
+
 /// Offsets of the local state (in bytes from `Context::state`).
 pub struct LocalState;
 
@@ -78,8 +113,22 @@ impl LocalState {
     pub const EPOCHS: usize = 0;
     /// `u32` last-arrival counters.
     pub const COUNTERS: usize = Self::EPOCHS + MAX_BLOCKS * 8;
-    /// Number of `u32` counters.
-    pub const COUNTER_WORDS: usize = 4 * MAX_RANKS * MAX_CHUNKS;
+    /// Number of `u32` counters: [`COUNTER_GROUPS`](Self::COUNTER_GROUPS) groups of
+    /// `MAX_RANKS × MAX_CHUNKS`, indexed `[group][rank or region][slot]`.
+    pub const COUNTER_WORDS: usize = Self::COUNTER_GROUPS * MAX_RANKS * MAX_CHUNKS;
+    /// Counter groups: producers per staging region, consumers per peer, reducers, spare.
+    pub const COUNTER_GROUPS: usize = 4;
+
+    /// Offset of counter `slot` of `index` (a region or a peer) in `group`.
+    ///
+    /// ```
+    /// use purlin_device::context::{LocalState, MAX_CHUNKS};
+    /// assert_eq!(LocalState::counter(0, 0, 0), LocalState::COUNTERS);
+    /// assert_eq!(LocalState::counter(0, 1, 0) - LocalState::counter(0, 0, 0), MAX_CHUNKS * 4);
+    /// ```
+    pub const fn counter(group: usize, index: usize, slot: usize) -> usize {
+        Self::COUNTERS + ((group * MAX_RANKS + index) * MAX_CHUNKS + slot) * 4
+    }
     /// The fault record a timed-out wait leaves for the host (see `snac::Fault`).
     pub const FAULT: usize = Self::COUNTERS + Self::COUNTER_WORDS * 4;
     /// Bytes reserved for the fault record.

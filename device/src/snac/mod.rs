@@ -1,0 +1,274 @@
+//! SNAC: *where and when* data moves. Stage, Notify, And Consume.
+//!
+//! A collective kernel is a set of *streams*. A producer block set stages a stream from the
+//! caller's `src` into this rank's own staging (a local copy), and the last producer to finish
+//! a chunk notifies the stream's consumers with a monotonic flag. Consumer blocks on the
+//! receiving rank wait for the flag and *pull* the chunk from the producer's staging over the
+//! interconnect, copying it to `dst` or reducing it with the same chunk of every other rank.
+//! This module knows nothing of which instructions move bytes (that is [`crate::atom`]) nor of
+//! which collective runs (that is [`crate::collective`], which describes streams with
+//! [`crate::layout`]s).
+//!
+//! The pieces:
+//! - [`epoch`]: per-block epochs; the parity of an epoch selects one of two staging halves,
+//!   every call advances it by an odd amount, and chunk flags are `epoch + chunk + 1`.
+//! - signals (module `sync`): posted with `st.release.sys`, awaited with relaxed polling and
+//!   one acquire load; every wait is bounded by [`Context::timeout_ns`] and a timed-out wait
+//!   leaves a [`Fault`] in the rank's local state.
+//! - last-arrival counters: the last block of a set to finish a chunk posts its flag.
+//! - [`packet`]: 16-byte latency packets (8-byte payload + flag written together), used by
+//!   the latency regime of AllReduce and by the size agreement of the V collectives.
+//! - staging (module `staging`): resident and cyclic staging; in cyclic mode a producer waits
+//!   for the *consumed* signal of the slot it is about to reuse.
+//!
+//! [`Context::timeout_ns`]: crate::context::Context::timeout_ns
+//!
+//! ```
+//! use purlin_device::snac::{Plan, SnacArgs};
+//! let plan = Plan::default();
+//! assert_eq!(plan.chunk_bytes % 16, 0);
+//! let args = SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 0, 2);
+//! assert_eq!((args.blocks, args.block), (2, 0));
+//! ```
+
+pub mod assign;
+pub mod epoch;
+mod fault;
+pub mod packet;
+pub(crate) mod latency;
+pub(crate) mod staging;
+pub(crate) mod sync;
+pub(crate) mod transfer;
+
+pub use fault::{CollectiveKind, Fault, FaultKind, FaultRecord, SignalKind};
+
+use crate::atom::Atom;
+
+/// Bytes of shared memory SNAC needs for itself, after the Atom's.
+pub const SNAC_SMEM_BYTES: u32 = 64;
+
+/// Dynamic shared memory a collective kernel with Atom `A` needs per block: the Atom's
+/// pipeline, then SNAC's scratch words (block-wide broadcasts).
+///
+/// ```
+/// use purlin_device::atom::{Atom, Sm80};
+/// use purlin_device::snac::{smem_bytes, SNAC_SMEM_BYTES};
+/// assert!(smem_bytes::<Sm80>() >= Sm80::SMEM_BYTES + SNAC_SMEM_BYTES);
+/// ```
+pub const fn smem_bytes<A: Atom>() -> u32 {
+    scratch_offset::<A>() + SNAC_SMEM_BYTES
+}
+
+/// Where SNAC's scratch starts in the block's shared memory (after the Atom's, 16-aligned).
+pub(crate) const fn scratch_offset<A: Atom>() -> u32 {
+    A::SMEM_BYTES.div_ceil(16) * 16
+}
+
+/// Which AllReduce algorithm to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum Algorithm {
+    /// Chosen from the size: one-shot or two-shot packets up to
+    /// [`Plan::latency_threshold`], the throughput regime above.
+    #[default]
+    Auto = 0,
+    /// Latency regime: every rank sends its whole input as packets to every peer.
+    OneShot = 1,
+    /// Latency regime: reduce-scatter over packets, then all-gather the reduced shards.
+    TwoShot = 2,
+    /// Throughput regime: chunked staging (ReduceScatter head + AllGather tail for world > 2,
+    /// direct for world 2).
+    Throughput = 3,
+}
+
+impl Algorithm {
+    /// The algorithm with this `repr(u32)` value; unknown values mean `Auto`.
+    pub const fn from_u32(v: u32) -> Self {
+        match v {
+            1 => Self::OneShot,
+            2 => Self::TwoShot,
+            3 => Self::Throughput,
+            _ => Self::Auto,
+        }
+    }
+}
+
+/// How reductions may combine values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum ReductionMode {
+    /// The fastest datapath available. Today that is the deterministic one on every
+    /// architecture (there is no unordered datapath yet), so results are the same.
+    #[default]
+    Default = 0,
+    /// Bitwise identical results across runs, block counts, chunk sizes, regimes and fused or
+    /// host-launched calls: every element is accumulated in `f32` over ranks `0..world` in
+    /// order and rounded to the element type once.
+    Deterministic = 1,
+}
+
+/// The tuning knobs of one call, chosen by the host (from `purlin-tuning` tables) or fixed by
+/// a fused kernel. Plain data, the same bytes on host and device.
+///
+/// Every rank of a call must use the same plan and the same number of blocks: regimes, chunk
+/// counts and epochs are derived from them and must agree across ranks.
+///
+/// ```
+/// use purlin_device::snac::{Algorithm, Plan};
+/// let plan = Plan { chunk_bytes: 256 << 10, algorithm: Algorithm::Throughput, ..Plan::default() };
+/// assert_eq!(plan.latency_threshold, 512 << 10);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Plan {
+    /// Threads per block the host launches with (informational on the device: the kernel uses
+    /// the block size it was launched with).
+    pub threads: u32,
+    /// Producer (staging) blocks in the throughput regime; the remaining blocks consume.
+    /// Clamped to `1..blocks`.
+    pub put_blocks: u32,
+    /// Chunk size of the throughput regime, bytes (rounded down to a multiple of 16, and to
+    /// what the staging half can hold).
+    pub chunk_bytes: u64,
+    /// AllReduce: payloads up to this many bytes use the latency regime (packets).
+    pub latency_threshold: u64,
+    /// AllReduce latency regime: payloads of at least this many bytes use two-shot (if
+    /// `world >= two_shot_min_world`), smaller ones one-shot.
+    pub two_shot_min_bytes: u64,
+    /// AllReduce latency regime: the smallest world that uses two-shot.
+    pub two_shot_min_world: u32,
+    /// Which AllReduce algorithm (as [`Algorithm`]).
+    pub algorithm: u32,
+    /// Reduction mode (as [`ReductionMode`]).
+    pub mode: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+impl Plan {
+    /// Defaults from the original's codesign base policy: 128 threads, 32 put blocks (clamped
+    /// to the launch), 1 MiB chunks, 512 KiB latency threshold, two-shot from 64 KiB at
+    /// world >= 4.
+    pub const DEFAULT: Plan = Plan {
+        threads: 128,
+        put_blocks: 32,
+        chunk_bytes: 1 << 20,
+        latency_threshold: 512 << 10,
+        two_shot_min_bytes: 64 << 10,
+        two_shot_min_world: 4,
+        algorithm: Algorithm::Auto as u32,
+        mode: ReductionMode::Default as u32,
+        reserved: 0,
+    };
+
+    /// The algorithm knob as an enum.
+    pub const fn algorithm(&self) -> Algorithm {
+        Algorithm::from_u32(self.algorithm)
+    }
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Where a collective's plan comes from. Host-launched kernels use [`Runtime`] (the plan the
+/// host put in [`SnacArgs::plan`]); a fused kernel may fix its plan at compile time so the
+/// compiler folds it.
+///
+/// ```
+/// use purlin_device::snac::{Config, Plan, Runtime};
+/// struct SmallChunks;
+/// impl Config for SmallChunks {
+///     fn plan(_: &Plan) -> Plan { Plan { chunk_bytes: 64 << 10, ..Plan::DEFAULT } }
+/// }
+/// assert_eq!(SmallChunks::plan(&Plan::DEFAULT).chunk_bytes, 64 << 10);
+/// assert_eq!(Runtime::plan(&Plan::DEFAULT), Plan::DEFAULT);
+/// ```
+pub trait Config {
+    /// The plan to run with, given the one in the arguments.
+    fn plan(runtime: &Plan) -> Plan;
+}
+
+/// The plan the host passed in [`SnacArgs::plan`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Runtime;
+
+impl Config for Runtime {
+    #[inline(always)]
+    fn plan(runtime: &Plan) -> Plan {
+        *runtime
+    }
+}
+
+/// The arguments of one collective call on one block. Plain data (`#[repr(C)]`), so a
+/// host-launched kernel takes it as a parameter.
+///
+/// Sizes: `bytes` is per rank and per part, as the collective defines it (AllGather: each
+/// rank's input; ReduceScatter: each rank's output; AllToAll: each part sent to one peer;
+/// AllReduce: the whole buffer). For reductions it is `count × size_of::<T>()`. The V
+/// collectives ignore `bytes` and read their element counts from `counts` (device memory, so
+/// a CUDA graph can be replayed with new counts), elements of `elem_bytes` bytes.
+///
+/// Exactly `blocks` blocks enter the collective, each with its own `block` index in
+/// `0..blocks`, all with the same number of threads. `smem` points to
+/// [`smem_bytes::<A>()`](smem_bytes) bytes of this block's shared memory. Epoch slots
+/// `blocks..coll_blocks` are advanced too (by block 0), so a later call with more blocks reads
+/// a current epoch: pass [`MAX_BLOCKS`](crate::context::MAX_BLOCKS) unless you know better.
+///
+/// ```
+/// use purlin_device::snac::SnacArgs;
+/// let mut args = SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 1024, 4);
+/// args.block = 3;
+/// assert_eq!(args.coll_blocks, purlin_device::context::MAX_BLOCKS as u32);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct SnacArgs {
+    /// Output buffer of this rank.
+    pub dst: *mut u8,
+    /// Input buffer of this rank.
+    pub src: *const u8,
+    /// Bytes per rank and part (see above); unused by V collectives.
+    pub bytes: u64,
+    /// V collectives: element counts in device memory (AllGatherV and ReduceScatterV: `world`
+    /// counts, one per rank; AllToAllV: `2 × world`, the counts this rank sends to each peer
+    /// then the counts it receives from each peer).
+    pub counts: *const u64,
+    /// V collectives: bytes per element.
+    pub elem_bytes: u32,
+    /// Blocks entering the collective.
+    pub blocks: u32,
+    /// Epoch slots kept current (`blocks..coll_blocks` are advanced by block 0).
+    pub coll_blocks: u32,
+    /// This block's index in `0..blocks`.
+    pub block: u32,
+    /// This block's shared memory for the Atom and SNAC.
+    pub smem: *mut u8,
+    /// The tuning knobs (see [`Config`]).
+    pub plan: Plan,
+}
+
+// SAFETY: plain addresses and sizes; the collective's contract says who may touch the memory.
+unsafe impl Send for SnacArgs {}
+// SAFETY: as above.
+unsafe impl Sync for SnacArgs {}
+
+impl SnacArgs {
+    /// Arguments for block 0 of `blocks`, default plan, no counts, no shared memory yet.
+    pub const fn new(dst: *mut u8, src: *const u8, bytes: u64, blocks: u32) -> Self {
+        Self {
+            dst,
+            src,
+            bytes,
+            counts: core::ptr::null(),
+            elem_bytes: 1,
+            blocks,
+            coll_blocks: crate::context::MAX_BLOCKS as u32,
+            block: 0,
+            smem: core::ptr::null_mut(),
+            plan: Plan::DEFAULT,
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! One block's view of one call: its epoch, the signals it posts and awaits, last-arrival
+//! counters, block-wide broadcasts, bounded waits and fault records.
+//!
+//! Memory ordering (as the original): a block's writes are ordered before a signal by
+//! `bar.sync` and then, across blocks, by the acq_rel last-arrival counter; the signal itself
+//! is a `st.release.sys`. A waiter polls with relaxed loads and, once the flag is there, does
+//! one `ld.acquire.sys` before `bar.sync` lets the block read the data.
+
+use super::epoch;
+use super::fault::{CollectiveKind, FaultKind, SignalKind};
+use crate::arch;
+use crate::context::{Context, LocalState, SignalLayout};
+
+/// Polls before a waiter starts sleeping between polls and watching the clock.
+const FAST_POLLS: u32 = 64;
+/// Sleep between slow polls (yields the thread on the host).
+const SLEEP_NS: u32 = 64;
+
+/// A set of ranks to notify or to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ranks {
+    /// One rank.
+    One(u32),
+    /// Every rank, this one included.
+    All,
+    /// Every rank but this one.
+    Others,
+}
+
+impl Ranks {
+    /// Whether rank `q` is in the set, for a caller of rank `me`.
+    #[inline(always)]
+    pub(crate) const fn contains(self, q: u32, me: u32) -> bool {
+        match self {
+            Ranks::One(r) => q == r,
+            Ranks::All => true,
+            Ranks::Others => q != me,
+        }
+    }
+}
+
+/// Why a wait ended without its flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Left;
+
+/// A counter group in the local state (`LocalState::counter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    /// Producers of one staging region.
+    Put = 0,
+    /// Consumers of one peer's stream.
+    Consumed = 1,
+    /// Reducers.
+    Reduce = 2,
+}
+
+/// One block in one call.
+pub(crate) struct Call {
+    pub(crate) ctx: Context,
+    pub(crate) collective: CollectiveKind,
+    pub(crate) block: u32,
+    /// The call's epoch (the same on every block of every rank).
+    pub(crate) epoch: u64,
+    pub(crate) tid: u32,
+    pub(crate) threads: u32,
+    /// SNAC's shared-memory scratch words (block-wide broadcasts); unused with one thread.
+    scratch: *mut u32,
+    toggle: usize,
+}
+
+/// Scratch words: two alternating broadcast words, then the epoch (two words).
+const EPOCH_WORD: usize = 2;
+
+impl Call {
+    /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it).
+    ///
+    /// # Safety
+    /// `ctx` describes live buffers; `scratch` points to `SNAC_SMEM_BYTES` of this block's
+    /// shared memory (or anything, with one thread per block); every thread of the block calls.
+    #[inline(always)]
+    pub(crate) unsafe fn begin(ctx: Context, collective: CollectiveKind, block: u32, scratch: *mut u8) -> Self {
+        let mut call = Self {
+            ctx,
+            collective,
+            block,
+            epoch: 0,
+            tid: arch::thread_index(),
+            threads: arch::block_threads(),
+            scratch: scratch as *mut u32,
+            toggle: 0,
+        };
+        let epoch_ptr = call.epoch_slot(block);
+        if call.threads == 1 {
+            // SAFETY: the epoch slot lies in the local state.
+            call.epoch = unsafe { arch::ld_relaxed_gpu_u64(epoch_ptr) };
+        } else {
+            if call.tid == 0 {
+                // SAFETY: the epoch slot lies in the local state; the scratch is shared memory.
+                unsafe {
+                    let e = arch::ld_relaxed_gpu_u64(epoch_ptr);
+                    (call.scratch.add(EPOCH_WORD) as *mut u64).write_volatile(e);
+                }
+            }
+            arch::sync_block();
+            // SAFETY: written by thread 0 before the barrier; rewritten only by the next call,
+            // after the barrier that ends this one.
+            call.epoch = unsafe { (call.scratch.add(EPOCH_WORD) as *const u64).read_volatile() };
+        }
+        call
+    }
+
+    /// This rank.
+    #[inline(always)]
+    pub(crate) const fn me(&self) -> u32 {
+        self.ctx.rank
+    }
+
+    /// Ranks in the communicator.
+    #[inline(always)]
+    pub(crate) const fn world(&self) -> u32 {
+        self.ctx.world
+    }
+
+    /// The staging half of this call.
+    #[inline(always)]
+    pub(crate) const fn half(&self) -> u64 {
+        epoch::half(self.epoch)
+    }
+
+    #[inline(always)]
+    fn epoch_slot(&self, block: u32) -> *mut u64 {
+        (self.ctx.state + (LocalState::EPOCHS + block as usize * 8) as u64) as *mut u64
+    }
+
+    /// The address of the flag of `kind` that `sender` posts to `rank`.
+    #[inline(always)]
+    pub(crate) fn signal(&self, rank: u32, kind: SignalKind, sender: u32) -> *mut u64 {
+        (self.ctx.signals[rank as usize] + SignalLayout::flag(kind as usize, sender as usize) as u64) as *mut u64
+    }
+
+    /// A last-arrival counter of this rank.
+    #[inline(always)]
+    pub(crate) fn counter(&self, group: Counter, index: u32, slot: u64) -> *mut u32 {
+        (self.ctx.state + LocalState::counter(group as usize, index as usize, slot as usize) as u64) as *mut u32
+    }
+
+    /// The first word of this rank's fault record.
+    #[inline(always)]
+    fn fault_word(&self) -> *mut u32 {
+        (self.ctx.state + LocalState::FAULT as u64) as *mut u32
+    }
+
+    /// Shares thread 0's `v` with the whole block (a barrier; every thread calls).
+    #[inline(always)]
+    pub(crate) fn broadcast(&mut self, v: u32) -> u32 {
+        if self.threads == 1 {
+            return v;
+        }
+        // Two words used alternately: thread 0 rewrites a word only after the barrier of the
+        // next broadcast, which every thread passes after reading this one.
+        // SAFETY: the scratch words lie in this block's shared memory.
+        let word = unsafe { self.scratch.add(self.toggle) };
+        self.toggle ^= 1;
+        if self.tid == 0 {
+            // SAFETY: as above.
+            unsafe { word.write_volatile(v) };
+        }
+        arch::sync_block();
+        // SAFETY: as above.
+        unsafe { word.read_volatile() }
+    }
+
+    /// Posts `flag` of `kind` from this rank to `target`.
+    #[inline(always)]
+    pub(crate) fn post(&self, target: u32, kind: SignalKind, flag: u64) {
+        // SAFETY: `target < world`, so its signal array is mapped; signals are only accessed
+        // atomically.
+        unsafe { arch::st_release_sys_u64(self.signal(target, kind, self.me()), flag) }
+    }
+
+    /// Posts `flag` of `kind` to every rank in `to`, the block's threads sharing the stores.
+    /// Only called with a block-uniform condition.
+    #[inline(always)]
+    pub(crate) fn post_to(&self, to: Ranks, kind: SignalKind, flag: u64) {
+        let mut q = self.tid;
+        while q < self.world() {
+            if to.contains(q, self.me()) {
+                self.post(q, kind, flag);
+            }
+            q += self.threads;
+        }
+    }
+
+    /// Announces at entry that this rank joined the call (block 0 only), so a peer that times
+    /// out can tell a rank that never came from one that is merely stuck.
+    #[inline(always)]
+    pub(crate) fn announce_arrival(&self) {
+        if self.block == 0 {
+            self.post_to(Ranks::Others, SignalKind::Arrival, epoch::flag(self.epoch, 0));
+        }
+    }
+
+    /// True once any block of this rank recorded a fault: every waiter then leaves too.
+    #[inline(always)]
+    pub(crate) fn aborted(&self) -> bool {
+        // SAFETY: the fault word lies in the local state and is accessed atomically.
+        unsafe { arch::ld_relaxed_gpu_u32(self.fault_word()) != 0 }
+    }
+
+    /// Spins until `poll` returns `None` (done), at most `timeout_ns`. `poll` returns
+    /// `Some(observed)` while not done. Records a timeout fault (waiting for `peer`'s `kind`,
+    /// flag `awaited`) on expiry; leaves without recording if another block already faulted.
+    #[inline(always)]
+    pub(crate) fn spin<P: FnMut() -> Option<u64>>(
+        &self,
+        peer: u32,
+        kind: SignalKind,
+        awaited: u64,
+        mut poll: P,
+    ) -> Result<(), Left> {
+        let mut polls = 0u32;
+        let mut start = 0u64;
+        loop {
+            let observed = match poll() {
+                None => return Ok(()),
+                Some(v) => v,
+            };
+            polls += 1;
+            if polls == FAST_POLLS {
+                start = arch::global_timer_ns();
+            } else if polls > FAST_POLLS {
+                arch::nanosleep(SLEEP_NS);
+                if self.aborted() {
+                    return Err(Left);
+                }
+                if arch::global_timer_ns().wrapping_sub(start) > self.ctx.timeout_ns {
+                    self.record(FaultKind::Timeout, peer, kind, awaited, observed);
+                    return Err(Left);
+                }
+            }
+        }
+    }
+
+    /// Waits (this thread) until `peer`'s flag of `kind` reaches `flag`: relaxed polls, then
+    /// one acquire load.
+    #[inline(always)]
+    pub(crate) fn wait_flag(&self, peer: u32, kind: SignalKind, flag: u64) -> Result<(), Left> {
+        let sig = self.signal(self.me(), kind, peer);
+        self.spin(peer, kind, flag, || {
+            // SAFETY: our own signal array; signals are only accessed atomically.
+            let v = unsafe { arch::ld_relaxed_sys_u64(sig) };
+            if v >= flag {
+                // SAFETY: as above. The acquire makes the peer's writes before its release
+                // visible to this thread, and the caller's barrier to the block.
+                unsafe { arch::ld_acquire_sys_u64(sig) };
+                None
+            } else {
+                Some(v)
+            }
+        })
+    }
+
+    /// Thread 0 waits for `flag` of `kind` from every rank in `from` (in rank order), then the
+    /// block learns the outcome. Every thread calls.
+    #[inline(always)]
+    pub(crate) fn wait_block(&mut self, from: Ranks, kind: SignalKind, flag: u64) -> Result<(), Left> {
+        let mut ok = 1;
+        if self.tid == 0 {
+            for q in 0..self.world() {
+                if from.contains(q, self.me()) && self.wait_flag(q, kind, flag).is_err() {
+                    ok = 0;
+                    break;
+                }
+            }
+        }
+        if self.broadcast(ok) == 1 { Ok(()) } else { Err(Left) }
+    }
+
+    /// Last arrival: after the block's work (a barrier), thread 0 counts this block in; true
+    /// for the block that completes a set of `set`, which also resets the counter for its next
+    /// use. Every thread calls.
+    #[inline(always)]
+    pub(crate) fn arrive(&mut self, counter: *mut u32, set: u32) -> bool {
+        if set <= 1 {
+            // Still a barrier: the caller's signal must follow every thread's writes.
+            arch::sync_block();
+            return true;
+        }
+        arch::sync_block();
+        let mut last = 0;
+        if self.tid == 0 {
+            // SAFETY: the counter lies in the local state and is accessed atomically.
+            unsafe {
+                let old = arch::atom_add_acq_rel_gpu_u32(counter, 1);
+                if old + 1 == set {
+                    arch::st_relaxed_gpu_u32(counter, 0);
+                    last = 1;
+                }
+            }
+        }
+        self.broadcast(last) == 1
+    }
+
+    /// Records a fault in this rank's local state (the first one wins). For a timeout, a peer
+    /// whose arrival for this call is missing is named instead of the one awaited.
+    pub(crate) fn record(&self, kind: FaultKind, peer: u32, signal: SignalKind, awaited: u64, observed: u64) {
+        let mut peer = peer;
+        let mut missing = 0u32;
+        if kind == FaultKind::Timeout {
+            let arrived = epoch::flag(self.epoch, 0);
+            for q in 0..self.world() {
+                // SAFETY: our own signal array, accessed atomically.
+                if q != self.me() && unsafe { arch::ld_relaxed_sys_u64(self.signal(self.me(), SignalKind::Arrival, q)) } < arrived {
+                    peer = q;
+                    missing = 1;
+                    break;
+                }
+            }
+        }
+        let word = self.fault_word();
+        // SAFETY: the fault record lies in the local state; only the block that moves the
+        // count from 0 writes the other fields, and the host reads them after the kernel.
+        unsafe {
+            if arch::atom_add_acq_rel_gpu_u32(word, 1) == 0 {
+                let w = |i: usize, v: u32| word.add(i).write_volatile(v);
+                w(1, kind as u32);
+                w(2, self.collective as u32);
+                w(3, self.me());
+                w(4, peer);
+                w(5, self.block);
+                w(6, signal as u32);
+                w(7, missing);
+                let d = |i: usize, v: u64| (word.add(i) as *mut u64).write_volatile(v);
+                d(8, self.epoch);
+                d(10, awaited);
+                d(12, observed);
+            }
+        }
+    }
+
+    /// Records that the arguments cannot be run (thread 0 only) and returns `Left`.
+    pub(crate) fn invalid(&self) -> Left {
+        if self.tid == 0 {
+            self.record(FaultKind::InvalidArgument, self.me(), SignalKind::None, 0, 0);
+        }
+        Left
+    }
+
+    /// Ends the call: the epoch advances by `rounds | 1` on this block (and block 0 advances
+    /// the slots `blocks..coll_blocks` no block of this call owns). Every thread calls.
+    #[inline(always)]
+    pub(crate) fn finish(&mut self, rounds: u64, blocks: u32, coll_blocks: u32) {
+        let next = epoch::advance(self.epoch, rounds);
+        // Every thread has read everything of this call before the epoch moves on.
+        arch::sync_block();
+        if self.tid == 0 {
+            // SAFETY: the slots lie in the local state (`coll_blocks <= MAX_BLOCKS`).
+            unsafe {
+                arch::st_relaxed_gpu_u64(self.epoch_slot(self.block), next);
+                if self.block == 0 {
+                    for b in blocks..coll_blocks {
+                        arch::st_relaxed_gpu_u64(self.epoch_slot(b), next);
+                    }
+                }
+            }
+        }
+    }
+}

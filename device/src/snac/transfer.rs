@@ -1,0 +1,78 @@
+//! Adapts SNAC's byte ranges to the Atom contract (16-byte aligned pointers). Staging offsets
+//! are always 16-byte aligned, but a caller's part need not be (an AllGather of 3 floats puts
+//! rank 1's part at byte 12). When both ends share their alignment the Atom moves everything
+//! after a short head; otherwise the widest words their relative alignment allows are moved
+//! by the cooperating threads. Sizes that are multiples of 16 never leave the Atom.
+
+use crate::atom::{Atom, copy_bytes, reduce_scalar};
+use crate::coop::Coop;
+use crate::element::Element;
+use crate::op::ReduceOp;
+
+/// Copies `bytes` bytes, any alignment. Every thread of the block calls with the same values.
+///
+/// # Safety
+/// Both ranges are valid for `bytes` and do not overlap; `smem` as for [`Atom::copy`].
+#[inline(always)]
+pub(crate) unsafe fn copy<A: Atom>(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+    if bytes == 0 {
+        return;
+    }
+    let (d, s) = (dst as usize, src as usize);
+    if (d ^ s) & 15 == 0 {
+        let head = ((16 - (d & 15)) & 15).min(bytes);
+        // SAFETY: the head and the rest lie inside both ranges; after the head both are
+        // 16-byte aligned.
+        unsafe {
+            copy_bytes(coop, dst, src, 0, head);
+            A::copy(coop, dst.add(head), src.add(head), bytes - head, smem);
+        }
+    } else if (d ^ s) & 3 == 0 {
+        let head = ((4 - (d & 3)) & 3).min(bytes);
+        let words = (bytes - head) / 4;
+        // SAFETY: every access lies inside both ranges; word accesses are 4-byte aligned.
+        unsafe {
+            copy_bytes(coop, dst, src, 0, head);
+            let (dw, sw) = (dst.add(head) as *mut u32, src.add(head) as *const u32);
+            let mut w = coop.index as usize;
+            while w < words {
+                dw.add(w).write(sw.add(w).read());
+                w += coop.size as usize;
+            }
+            copy_bytes(coop, dst, src, head + words * 4, bytes);
+        }
+    } else {
+        // SAFETY: the whole range, byte by byte.
+        unsafe { copy_bytes(coop, dst, src, 0, bytes) };
+    }
+}
+
+/// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `count` elements, in `f32`, sources in order: the Atom
+/// when every pointer is 16-byte aligned (staging always is; a caller's `dst` should be), the
+/// element-wise path otherwise. Both give the same bits.
+///
+/// # Safety
+/// As [`Atom::reduce`], except alignment (elements must be naturally aligned).
+#[inline(always)]
+pub(crate) unsafe fn reduce<A: Atom, T: Element, O: ReduceOp>(
+    coop: Coop,
+    dst: *mut T,
+    srcs: &[*const T],
+    count: usize,
+    smem: *mut u8,
+) {
+    if count == 0 {
+        return;
+    }
+    let mut misaligned = dst as usize & 15;
+    for s in srcs {
+        misaligned |= *s as usize & 15;
+    }
+    if misaligned == 0 {
+        // SAFETY: forwarded contract, all aligned.
+        unsafe { A::reduce::<T, O>(coop, dst, srcs, count, smem) }
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { reduce_scalar::<T, O>(coop, dst, srcs, 0, count) }
+    }
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds here everything a GPU run needs into ./gpu-bundle (git-ignored): the test binaries
+# (cargo test --no-run), the benchmark and example binaries, each stripped (the PTX is embedded
+# in them), and run.sh, which runs the whole GPU suite on a machine with the NVIDIA driver and
+# no Rust:
+#     scripts/gpu-bundle.sh                 # here
+#     cd gpu-bundle && ./run.sh [filter]    # there; logs go to $OUT (or ./logs)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+"$root/scripts/tools.sh" toolchain >/dev/null
+bundle=$root/gpu-bundle
+rm -rf "$bundle" && mkdir -p "$bundle/bin"
+
+# Test binaries: every [[test]] of purlin-tests (the GPU ones skip without a GPU).
+cargo test -p purlin-tests --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" "$bundle/bin/test-$name"; done
+
+# Benchmarks and examples, release.
+cargo build --release -p purlin-bench --bins --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])
+' | while read -r exe; do cp "$exe" "$bundle/bin/"; done
+if cargo metadata --no-deps --format-version 1 | grep -q '"name":"purlin-examples"'; then
+  cargo build --release -p purlin-examples --examples --message-format=json 2>/dev/null \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "example" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" "$bundle/bin/example-$name"; done
+fi
+strip "$bundle"/bin/* 2>/dev/null || true
+cp "$root/scripts/gpu-run.sh" "$bundle/run.sh"
+git rev-parse --short HEAD >"$bundle/COMMIT" 2>/dev/null || echo unknown >"$bundle/COMMIT"
+git diff --quiet 2>/dev/null || echo "(with uncommitted changes)" >>"$bundle/COMMIT"
+du -sh "$bundle" | awk '{print "gpu-bundle: " $1}'
+ls "$bundle/bin"
