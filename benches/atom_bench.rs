@@ -7,7 +7,7 @@
 
 use clap::Parser;
 use cudarc::driver::{CudaSlice, CudaStream, sys};
-use purlin::atom::{self, AtomKind};
+use purlin::atom::{self, AtomKind, GridLayout, Launch};
 use purlin::{DataType, Gpu, ReduceOpKind};
 use std::sync::Arc;
 
@@ -79,8 +79,8 @@ fn main() -> Result<(), purlin::Error> {
     };
     let stream = gpu.new_stream()?;
     println!("# Atom benchmark on {} ({} SMs, {} PTX)\n", gpu.name(), gpu.sm_count(), gpu.arch());
-    println!("| operation | Atom | blocks | bytes moved | median time (us) | TB/s | vs cuMemcpyDtoD |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| operation | Atom | blocks | layout | bytes moved | median time (us) | TB/s | vs cuMemcpyDtoD |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
 
     // Copy: non-zero data so nothing is special-cased.
     let n = args.copy_bytes;
@@ -93,16 +93,17 @@ fn main() -> Result<(), purlin::Error> {
         unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, n, stream.cu_stream()) }.unwrap();
     });
     let memcpy_tbs = moved / memcpy_ms / 1e9;
-    println!("| copy {} MiB | cuMemcpyDtoD | - | {} | {:.1} | {:.3} | 1.000 |", n >> 20, 2 * n, memcpy_ms * 1e3, memcpy_tbs);
+    println!("| copy {} MiB | cuMemcpyDtoD | - | - | {} | {:.1} | {:.3} | 1.000 |", n >> 20, 2 * n, memcpy_ms * 1e3, memcpy_tbs);
     for atom in AtomKind::available_in(gpu.arch()) {
-        for waves in [1, 2, 4] {
+        for (waves, layout) in [1, 2, 4].into_iter().flat_map(|w| GridLayout::ALL.map(|l| (w, l))) {
             let blocks = grid(&gpu, atom, &format!("purlin_atom_copy_{}", atom.name()), waves);
+            let launch = Launch { atom, blocks, layout };
             let ms = time_ms(&stream, args.runs, || {
                 // SAFETY: both allocations hold `n` bytes.
-                unsafe { atom::copy(&gpu, &stream, atom, blocks, d, s, n as u64) }.unwrap();
+                unsafe { atom::copy(&gpu, &stream, launch, d, s, n as u64) }.unwrap();
             });
             let tbs = moved / ms / 1e9;
-            println!("| copy {} MiB | {} | {blocks} | {} | {:.1} | {:.3} | {:.3} |", n >> 20, atom.name(), 2 * n, ms * 1e3, tbs, tbs / memcpy_tbs);
+            println!("| copy {} MiB | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |", n >> 20, atom.name(), 2 * n, ms * 1e3, tbs, tbs / memcpy_tbs);
         }
     }
     drop((src, dst));
@@ -123,15 +124,16 @@ fn main() -> Result<(), purlin::Error> {
     let o = addr(&out, &stream);
     let moved = ((k + 1) * bytes) as f64;
     for atom in AtomKind::available_in(gpu.arch()) {
-        for waves in [1, 2, 4] {
+        for (waves, layout) in [1, 2, 4].into_iter().flat_map(|w| GridLayout::ALL.map(|l| (w, l))) {
             let blocks = grid(&gpu, atom, &format!("purlin_atom_reduce_{}_bfloat16", atom.name()), waves);
+            let launch = Launch { atom, blocks, layout };
             let ms = time_ms(&stream, args.runs, || {
                 // SAFETY: every allocation holds `count` bf16.
-                unsafe { atom::reduce(&gpu, &stream, atom, blocks, DataType::Bf16, ReduceOpKind::Sum, o, &srcs, count as u64) }
+                unsafe { atom::reduce(&gpu, &stream, launch, DataType::Bf16, ReduceOpKind::Sum, o, &srcs, count as u64) }
                     .unwrap();
             });
             let tbs = moved / ms / 1e9;
-            println!("| bf16 {k}-to-1 reduce, {} MiB inputs | {} | {blocks} | {} | {:.1} | {:.3} | {:.3} |", bytes >> 20, atom.name(), (k + 1) * bytes, ms * 1e3, tbs, tbs / memcpy_tbs);
+            println!("| bf16 {k}-to-1 reduce, {} MiB inputs | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |", bytes >> 20, atom.name(), (k + 1) * bytes, ms * 1e3, tbs, tbs / memcpy_tbs);
         }
     }
     Ok(())

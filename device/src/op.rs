@@ -14,9 +14,9 @@
 pub enum ReduceOpKind {
     /// a + b
     Sum = 0,
-    /// max(a, b) (IEEE maxNum: a NaN loses to a number)
+    /// max(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
     Max = 1,
-    /// min(a, b) (IEEE minNum)
+    /// min(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
     Min = 2,
     /// a × b
     Prod = 3,
@@ -77,11 +77,14 @@ impl ReduceOp for Sum {
     }
 }
 
+// Max and Min are a compare and a select rather than `f32::max`/`min`, whose result for +0
+// against -0 is unspecified and differs between the GPU's `max.f32` and CPUs: a compare and a
+// select give the same bits everywhere, so reductions stay bitwise repeatable.
 impl ReduceOp for Max {
     const KIND: ReduceOpKind = ReduceOpKind::Max;
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
-        acc.max(x)
+        if x > acc || acc.is_nan() { x } else { acc }
     }
 }
 
@@ -89,7 +92,7 @@ impl ReduceOp for Min {
     const KIND: ReduceOpKind = ReduceOpKind::Min;
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
-        acc.min(x)
+        if x < acc || acc.is_nan() { x } else { acc }
     }
 }
 

@@ -92,6 +92,39 @@ impl AtomKind {
     }
 }
 
+/// How the blocks of an Atom launch share the range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum GridLayout {
+    /// Each block copies or reduces one contiguous, even share.
+    #[default]
+    Blocks = 0,
+    /// All blocks interleave over the whole range, marching through it together.
+    Interleaved = 1,
+}
+
+impl GridLayout {
+    /// Both layouts.
+    pub const ALL: [GridLayout; 2] = [Self::Blocks, Self::Interleaved];
+}
+
+/// A launch shape: which Atom, how many blocks, how they share the range.
+///
+/// ```
+/// use purlin::atom::{AtomKind, GridLayout, Launch};
+/// let launch = Launch { atom: AtomKind::Sm90, blocks: 264, layout: GridLayout::Interleaved };
+/// assert_eq!(launch.atom.threads(), 256);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Launch {
+    /// The Atom.
+    pub atom: AtomKind,
+    /// Blocks in the grid.
+    pub blocks: u32,
+    /// How the blocks share the range.
+    pub layout: GridLayout,
+}
+
 /// `ReduceSources` as a kernel argument.
 #[repr(transparent)]
 struct SourcesArg(ReduceSources);
@@ -111,21 +144,14 @@ fn config(atom: AtomKind, blocks: u32) -> Result<LaunchConfig> {
     })
 }
 
-/// Copies `bytes` bytes from device address `src` to `dst` on `stream` with `blocks` blocks of
-/// `atom`. Both addresses must be 16-byte aligned; any byte count works.
+/// Copies `bytes` bytes from device address `src` to `dst` on `stream` with the launch shape
+/// `launch`. Both addresses must be 16-byte aligned; any byte count works.
 ///
 /// # Safety
 /// `src` and `dst` are device addresses valid for `bytes` bytes on this GPU (or mapped into it),
 /// they do not overlap, and they stay valid until the copy has finished on `stream`.
-pub unsafe fn copy(
-    gpu: &Gpu,
-    stream: &CudaStream,
-    atom: AtomKind,
-    blocks: u32,
-    dst: u64,
-    src: u64,
-    bytes: u64,
-) -> Result<()> {
+pub unsafe fn copy(gpu: &Gpu, stream: &CudaStream, launch: Launch, dst: u64, src: u64, bytes: u64) -> Result<()> {
+    let Launch { atom, blocks, layout } = launch;
     atom.check(gpu)?;
     if bytes > 0 {
         check_pointer("dst", dst, 16)?;
@@ -136,32 +162,32 @@ pub unsafe fn copy(
         &format!("purlin_atom_copy_{}", atom.name()),
         atom.smem_bytes(),
     )?;
-    let mut launch = stream.launch_builder(&f);
-    launch.arg(&dst).arg(&src).arg(&bytes);
+    let layout = layout as u32;
+    let mut builder = stream.launch_builder(&f);
+    builder.arg(&dst).arg(&src).arg(&bytes).arg(&layout);
     // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
-    unsafe { launch.launch(cfg) }?;
+    unsafe { builder.launch(cfg) }?;
     Ok(())
 }
 
 /// `dst[i] = srcs[0][i] ⊕ … ⊕ srcs[n-1][i]` for `count` elements of `dtype`, accumulated in
-/// `f32` in source order, on `stream` with `blocks` blocks of `atom`.
+/// `f32` in source order, on `stream` with the launch shape `launch`.
 ///
 /// # Safety
 /// Every address is a device address valid for `count` elements on this GPU (or mapped into
 /// it) until the reduce has finished on `stream`; `dst` overlaps no source except possibly
 /// being equal to one.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn reduce(
     gpu: &Gpu,
     stream: &CudaStream,
-    atom: AtomKind,
-    blocks: u32,
+    launch: Launch,
     dtype: DataType,
     op: ReduceOpKind,
     dst: u64,
     srcs: &[u64],
     count: u64,
 ) -> Result<()> {
+    let Launch { atom, blocks, layout } = launch;
     atom.check(gpu)?;
     let sources = ReduceSources::new(srcs).ok_or(Error::SourceCount {
         count: srcs.len(),
@@ -179,10 +205,10 @@ pub unsafe fn reduce(
         atom.smem_bytes(),
     )?;
     let sources = SourcesArg(sources);
-    let op = op as u32;
-    let mut launch = stream.launch_builder(&f);
-    launch.arg(&dst).arg(&sources).arg(&count).arg(&op);
+    let (op, layout) = (op as u32, layout as u32);
+    let mut builder = stream.launch_builder(&f);
+    builder.arg(&dst).arg(&sources).arg(&count).arg(&op).arg(&layout);
     // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
-    unsafe { launch.launch(cfg) }?;
+    unsafe { builder.launch(cfg) }?;
     Ok(())
 }

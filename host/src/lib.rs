@@ -11,7 +11,7 @@
 //! the crate builds on machines without CUDA.
 //!
 //! ```no_run
-//! use purlin::{Gpu, atom::{self, AtomKind}};
+//! use purlin::{Gpu, atom::{self, AtomKind, GridLayout, Launch}};
 //! let gpu = Gpu::open(0)?;
 //! let stream = gpu.new_stream()?;
 //! let src = stream.clone_htod(&vec![1.0f32; 1 << 20])?;
@@ -20,7 +20,8 @@
 //! let (s, _g1) = src.device_ptr(&stream);
 //! let (d, _g2) = dst.device_ptr_mut(&stream);
 //! // SAFETY: both buffers hold 4 MiB and live until the stream is synchronised below.
-//! unsafe { atom::copy(&gpu, &stream, AtomKind::Sm90, gpu.sm_count(), d, s, 4 << 20)? };
+//! let launch = Launch { atom: AtomKind::Sm90, blocks: gpu.sm_count(), layout: GridLayout::Interleaved };
+//! unsafe { atom::copy(&gpu, &stream, launch, d, s, 4 << 20)? };
 //! stream.synchronize()?;
 //! # Ok::<(), purlin::Error>(())
 //! ```
@@ -28,12 +29,27 @@
 #![warn(missing_docs)]
 
 pub mod atom;
+pub mod bootstrap;
+pub mod context;
+mod cuda;
 pub mod error;
+pub mod fault;
 pub mod gpu;
+pub mod launch;
+pub mod memory;
+pub mod p2p;
 pub mod ptx;
+mod symmetric;
+pub mod validate;
+pub mod workspace;
 
+pub use bootstrap::{Bootstrap, InProcess};
+#[cfg(feature = "mpi")]
+pub use bootstrap::Mpi;
+pub use context::{Context, DeviceContext};
 pub use error::{Error, Result};
 pub use gpu::Gpu;
+pub use workspace::{Workspace, WorkspaceRequirements};
 pub use purlin_device;
 pub use purlin_device::element::{DataType, E4m3, E5m2, Element};
 pub use purlin_device::op::ReduceOpKind;

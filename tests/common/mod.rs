@@ -151,11 +151,25 @@ pub fn random_elements(
     out
 }
 
-fn combine_f32(op: ReduceOpKind, a: f32, b: f32) -> f32 {
+/// The operators as Purlin documents them (`ReduceOpKind`): max/min ignore a NaN and keep the
+/// earlier value when +0 meets -0.
+pub fn combine_f32(op: ReduceOpKind, a: f32, b: f32) -> f32 {
     match op {
         ReduceOpKind::Sum => a + b,
-        ReduceOpKind::Max => a.max(b),
-        ReduceOpKind::Min => a.min(b),
+        ReduceOpKind::Max => {
+            if b > a || a.is_nan() {
+                b
+            } else {
+                a
+            }
+        }
+        ReduceOpKind::Min => {
+            if b < a || a.is_nan() {
+                b
+            } else {
+                a
+            }
+        }
         ReduceOpKind::Prod => a * b,
     }
 }

@@ -4,7 +4,7 @@
 //! calls the Atom copy.
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use purlin::atom::{self, AtomKind};
+use purlin::atom::{self, AtomKind, GridLayout, Launch};
 use purlin::ptx::Arch;
 use purlin::{DataType, Gpu, ReduceOpKind};
 use purlin_tests::{POISON, device_addr, fresh_rng, gpu_or_skip, random_elements, random_elements_parallel, reference_f32};
@@ -48,13 +48,14 @@ fn every_atom_copies_every_size_bit_exact() {
                 let src: Vec<u8> = (0..bytes).map(|_| rng.random()).collect();
                 let (src_d, dst_d) = (upload(&stream, &src), poisoned(&stream, bytes));
                 let blocks = block_counts(&gpu)[i % 3];
+                let launch = Launch { atom, blocks, layout: GridLayout::ALL[i % 2] };
                 // SAFETY: both buffers hold at least `bytes` bytes and outlive the synchronisation.
                 unsafe {
-                    atom::copy(&gpu, &stream, atom, blocks, device_addr(&dst_d, &stream), device_addr(&src_d, &stream), bytes as u64)
+                    atom::copy(&gpu, &stream, launch, device_addr(&dst_d, &stream), device_addr(&src_d, &stream), bytes as u64)
                 }
                 .unwrap();
                 let got = download(&stream, &dst_d, bytes);
-                assert!(got == src, "{arch} PTX, Atom {}: copy of {bytes} bytes with {blocks} blocks differs", atom.name());
+                assert!(got == src, "{arch} PTX: copy of {bytes} bytes with {launch:?} differs");
                 ran += 1;
             }
         }
@@ -76,6 +77,7 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
                 for &count in &SIZES {
                     let n = source_counts[case % source_counts.len()];
                     let blocks = block_counts(&gpu)[case % 3];
+                    let layout = GridLayout::ALL[(case / 3) % 2];
                     case += 1;
                     let inputs: Vec<Vec<u8>> = (0..n).map(|_| random_elements(&mut rng, dtype, op, count)).collect();
                     let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
@@ -85,15 +87,13 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
                     for atom in AtomKind::available_in(arch) {
                         let dst = poisoned(&stream, count * dtype.size());
                         // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
-                        unsafe {
-                            atom::reduce(&gpu, &stream, atom, blocks, dtype, op, device_addr(&dst, &stream), &addrs, count as u64)
-                        }
-                        .unwrap();
+                        let launch = Launch { atom, blocks, layout };
+                        unsafe { atom::reduce(&gpu, &stream, launch, dtype, op, device_addr(&dst, &stream), &addrs, count as u64) }
+                            .unwrap();
                         let got = download(&stream, &dst, want.len());
                         assert!(
                             got == want,
-                            "{arch} PTX, Atom {}: {} {} of {count} elements from {n} sources with {blocks} blocks differs from the f32 rank-order reference",
-                            atom.name(),
+                            "{arch} PTX: {} {} of {count} elements from {n} sources with {launch:?} differs from the f32 rank-order reference",
                             dtype.name(),
                             op.name()
                         );
@@ -128,15 +128,16 @@ fn every_atom_reduces_256_mib_bit_exact() {
                 let bufs = [upload(&stream, &inputs[0]), upload(&stream, &inputs[1])];
                 let addrs = [device_addr(&bufs[0], &stream), device_addr(&bufs[1], &stream)];
                 for atom in AtomKind::available_in(*arch) {
-                    let dst = poisoned(&stream, BIG);
-                    // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
-                    unsafe {
-                        atom::reduce(gpu, &stream, atom, 2 * gpu.sm_count(), dtype, op, device_addr(&dst, &stream), &addrs, count as u64)
+                    for layout in GridLayout::ALL {
+                        let dst = poisoned(&stream, BIG);
+                        let launch = Launch { atom, blocks: 2 * gpu.sm_count(), layout };
+                        // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
+                        unsafe { atom::reduce(gpu, &stream, launch, dtype, op, device_addr(&dst, &stream), &addrs, count as u64) }
+                            .unwrap();
+                        let got = download(&stream, &dst, BIG);
+                        assert!(got == want, "{arch} PTX: 256 MiB {} {} with {launch:?} differs", dtype.name(), op.name());
+                        ran += 1;
                     }
-                    .unwrap();
-                    let got = download(&stream, &dst, BIG);
-                    assert!(got == want, "{arch} PTX, Atom {}: 256 MiB {} {} differs", atom.name(), dtype.name(), op.name());
-                    ran += 1;
                 }
             }
         }

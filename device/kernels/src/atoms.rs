@@ -1,5 +1,6 @@
-//! Grid-wide Atom kernels: each block takes an even share of the work, in whole 16-byte
-//! vectors, and runs the Atom on it with the whole block. Reduce kernels are named
+//! Grid-wide Atom kernels: either each block takes an even share of the work, in whole 16-byte
+//! vectors, and runs the Atom on it with the whole block, or all blocks interleave over the
+//! whole range (the `layout` argument). Reduce kernels are named
 //! `purlin_atom_reduce_<atom>_<type>` with the type's nccl-tests name.
 
 use purlin_device::arch;
@@ -10,31 +11,27 @@ use purlin_device::half;
 use purlin_device::op::{ReduceOp, ReduceOpKind, TypedVisitor, dispatch};
 use purlin_device::partition::{even_split, split_bytes};
 
-/// This block's share of a grid-wide copy.
+/// How a grid shares one range: `0` = each block copies a contiguous even share with
+/// `Coop::block()`; `1` = all blocks interleave over the whole range with `Coop::grid()`.
+const LAYOUT_BLOCKS: u32 = 0;
+
+/// This block's part of a grid-wide copy.
 #[inline(always)]
-unsafe fn grid_copy<A: Atom>(dst: *mut u8, src: *const u8, bytes: u64) {
-    let (offset, len) = split_bytes(
-        bytes as usize,
-        16,
-        arch::grid_blocks() as usize,
-        arch::block_index() as usize,
-    );
-    // SAFETY: the share lies inside both buffers, at a 16-byte offset.
-    unsafe {
-        A::copy(
-            Coop::block(),
-            dst.add(offset),
-            src.add(offset),
-            len,
-            arch::dynamic_shared(),
-        )
+unsafe fn grid_copy<A: Atom>(dst: *mut u8, src: *const u8, bytes: u64, layout: u32) {
+    if layout != LAYOUT_BLOCKS {
+        // SAFETY: the whole grid shares the whole range.
+        return unsafe { A::copy(Coop::grid(), dst, src, bytes as usize, arch::dynamic_shared()) };
     }
+    let (offset, len) = split_bytes(bytes as usize, 16, arch::grid_blocks() as usize, arch::block_index() as usize);
+    // SAFETY: the share lies inside both buffers, at a 16-byte offset.
+    unsafe { A::copy(Coop::block(), dst.add(offset), src.add(offset), len, arch::dynamic_shared()) }
 }
 
 struct GridReduce<A> {
     dst: *mut u8,
     srcs: ReduceSources,
     count: usize,
+    layout: u32,
     atom: core::marker::PhantomData<A>,
 }
 
@@ -42,14 +39,18 @@ impl<A: Atom> TypedVisitor for GridReduce<A> {
     type Output = ();
     #[inline(always)]
     fn visit<T: Element, O: ReduceOp>(self) {
-        let vectors = self.count / T::LANES;
         let (blocks, block) = (arch::grid_blocks() as usize, arch::block_index() as usize);
-        let (first, n) = even_split(vectors, blocks, block);
-        let mut len = n * T::LANES;
-        if block + 1 == blocks {
-            len += self.count % T::LANES;
-        }
-        let offset = first * T::LANES;
+        let ((offset, len), coop) = if self.layout == LAYOUT_BLOCKS {
+            let vectors = self.count / T::LANES;
+            let (first, n) = even_split(vectors, blocks, block);
+            let mut len = n * T::LANES;
+            if block + 1 == blocks {
+                len += self.count % T::LANES;
+            }
+            ((first * T::LANES, len), Coop::block())
+        } else {
+            ((0, self.count), Coop::grid())
+        };
         let mut srcs = [core::ptr::null::<T>(); purlin_device::atom::MAX_SOURCES];
         let n_src = self.srcs.len();
         for (s, p) in srcs.iter_mut().enumerate().take(n_src) {
@@ -57,21 +58,13 @@ impl<A: Atom> TypedVisitor for GridReduce<A> {
             *p = unsafe { (self.srcs.ptrs[s] as *const T).add(offset) };
         }
         // SAFETY: the share lies inside `dst` and every source, 16-byte aligned.
-        unsafe {
-            A::reduce::<T, O>(
-                Coop::block(),
-                (self.dst as *mut T).add(offset),
-                &srcs[..n_src],
-                len,
-                arch::dynamic_shared(),
-            )
-        }
+        unsafe { A::reduce::<T, O>(coop, (self.dst as *mut T).add(offset), &srcs[..n_src], len, arch::dynamic_shared()) }
     }
 }
 
 /// This block's share of a grid-wide reduce of `T`, for the run-time operator.
 #[inline(always)]
-unsafe fn grid_reduce<A: Atom, T: Element>(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32) {
+unsafe fn grid_reduce<A: Atom, T: Element>(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32, layout: u32) {
     let Some(op) = ReduceOpKind::from_u32(op) else {
         arch::trap()
     };
@@ -87,6 +80,7 @@ unsafe fn grid_reduce<A: Atom, T: Element>(dst: *mut u8, srcs: ReduceSources, co
             dst,
             srcs,
             count: count as usize,
+            layout,
             atom: core::marker::PhantomData,
         },
     )
@@ -100,9 +94,9 @@ macro_rules! atom_kernels {
         /// Launched with `THREADS` threads and `SMEM_BYTES` of dynamic shared memory; buffers
         /// valid and 16-byte aligned.
         #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $copy(dst: *mut u8, src: *const u8, bytes: u64) {
+        pub unsafe extern "ptx-kernel" fn $copy(dst: *mut u8, src: *const u8, bytes: u64, layout: u32) {
             // SAFETY: forwarded launch contract.
-            unsafe { grid_copy::<$atom>(dst, src, bytes) }
+            unsafe { grid_copy::<$atom>(dst, src, bytes, layout) }
         }
 
         $(
@@ -111,9 +105,9 @@ macro_rules! atom_kernels {
             /// # Safety
             /// As the copy kernel; every source valid for `count` elements.
             #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $reduce(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32) {
+            pub unsafe extern "ptx-kernel" fn $reduce(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32, layout: u32) {
                 // SAFETY: forwarded launch contract.
-                unsafe { grid_reduce::<$atom, $ty>(dst, srcs, count, op) }
+                unsafe { grid_reduce::<$atom, $ty>(dst, srcs, count, op, layout) }
             }
         )*
     };

@@ -370,6 +370,7 @@ pub fn dynamic_shared() -> *mut u8 {
 
 /// `cvta.to.shared.u64`: the shared-window address of a generic shared pointer.
 #[inline(always)]
+#[cfg(target_feature = "sm_80")]
 fn shared_window(p: *const u8) -> u32 {
     let a: u64;
     // SAFETY: an address conversion touches no memory.

@@ -52,9 +52,9 @@ pub(crate) unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize
     unsafe { copy_bytes(coop, dst, src, vectors * 16, bytes) };
 }
 
-/// Reduces the whole vectors of `count` elements, then the tail. Four vectors per thread per
-/// source are in flight for 4- and 2-byte types, two for fp8 (whose 16 lanes per vector would
-/// otherwise need too many registers).
+/// Reduces the whole vectors of `count` elements, then the tail. Per thread, four vectors of
+/// each of four sources are in flight for 4- and 2-byte types, two for fp8 (whose 16 lanes per
+/// vector would otherwise need too many registers).
 ///
 /// # Safety
 /// As [`Atom::reduce`].
@@ -94,6 +94,8 @@ pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
 macro_rules! reduce_vectors {
     ($name:ident, $unroll:literal) => {
         /// Reduces whole groups of `$unroll` vectors per thread; returns the vectors covered.
+        /// Sources are loaded four at a time, so `4 × $unroll` loads are in flight per thread
+        /// before the first is used.
         ///
         /// # Safety
         /// As [`Atom::reduce`], for `vectors` whole vectors.
@@ -104,26 +106,50 @@ macro_rules! reduce_vectors {
             let full = vectors - vectors % step;
             let dst_v = dst as *mut u128;
             let first = srcs[0] as *const u128;
+            let n = srcs.len();
             let mut base = coop.index as usize;
+            // SAFETY (every load and store below): `base + K * stride < full <= vectors`, and
+            // every source and `dst` hold `vectors` vectors.
             while base < full {
                 // Named registers (seq!) rather than arrays: LLVM does not fully unroll loops
                 // with bodies this large, and an array indexed in a loop goes to local memory.
                 seq!(K in 0..$unroll {
-                    // SAFETY: `base + K * stride < full <= vectors`.
                     let mut acc~K = T::unpack(unsafe { arch::ld_v128(first.add(base + K * stride)) });
                 });
-                for src in &srcs[1..] {
-                    let src_v = *src as *const u128;
+                let mut s = 1;
+                while s + 4 <= n {
+                    let (p0, p1, p2, p3) = (
+                        srcs[s] as *const u128,
+                        srcs[s + 1] as *const u128,
+                        srcs[s + 2] as *const u128,
+                        srcs[s + 3] as *const u128,
+                    );
                     seq!(K in 0..$unroll {
-                        // SAFETY: as above.
+                        let a~K = unsafe { arch::ld_v128(p0.add(base + K * stride)) };
+                        let b~K = unsafe { arch::ld_v128(p1.add(base + K * stride)) };
+                        let c~K = unsafe { arch::ld_v128(p2.add(base + K * stride)) };
+                        let d~K = unsafe { arch::ld_v128(p3.add(base + K * stride)) };
+                    });
+                    // Combined strictly in source order.
+                    seq!(K in 0..$unroll {
+                        combine_into::<T, O>(&mut acc~K, a~K);
+                        combine_into::<T, O>(&mut acc~K, b~K);
+                        combine_into::<T, O>(&mut acc~K, c~K);
+                        combine_into::<T, O>(&mut acc~K, d~K);
+                    });
+                    s += 4;
+                }
+                while s < n {
+                    let src_v = srcs[s] as *const u128;
+                    seq!(K in 0..$unroll {
                         let r~K = unsafe { arch::ld_v128(src_v.add(base + K * stride)) };
                     });
                     seq!(K in 0..$unroll {
                         combine_into::<T, O>(&mut acc~K, r~K);
                     });
+                    s += 1;
                 }
                 seq!(K in 0..$unroll {
-                    // SAFETY: as above.
                     unsafe { arch::st_v128(dst_v.add(base + K * stride), T::pack(acc~K)) };
                 });
                 base += step;

@@ -20,7 +20,7 @@ const _: () = assert!(
     "ring_reduce names one accumulator per vector"
 );
 
-/// Shared memory the ring needs for a group of `threads` threads.
+/// Shared memory the ring needs for `threads` threads of a block.
 pub(crate) const fn ring_bytes(threads: u32) -> u32 {
     (STAGES * VECTORS_PER_STAGE * 16) as u32 * threads
 }

@@ -18,16 +18,20 @@ const BULK_MIN_BYTES: usize = 64 * 1024;
 /// Where the stages' mbarriers sit, after the stage buffers.
 const BARRIERS_AT: usize = CHUNK * BULK_STAGES;
 
-/// Copies `bytes` (a multiple of 16) with the bulk engine; run by one thread.
+/// Copies this block's chunks of `bytes` (a multiple of 16) with the bulk engine: chunks
+/// `block, block + blocks, …` when `blocks` blocks share the range. Run by one thread per block.
 ///
 /// # Safety
 /// `dst`/`src` valid and 16-byte aligned for `bytes`; `smem` holds `SMEM_BYTES` of shared
 /// memory no other thread touches during the call.
 #[inline(always)]
-unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8, block: usize, blocks: usize) {
     let barrier = |stage: usize| smem.wrapping_add(BARRIERS_AT + stage * 8) as *mut u64;
-    let chunks = bytes.div_ceil(CHUNK);
-    let len = |c: usize| (bytes - c * CHUNK).min(CHUNK) as u32;
+    let all_chunks = bytes.div_ceil(CHUNK);
+    // This block's chunks, numbered 0..chunks locally; local chunk c is global chunk `at(c)`.
+    let chunks = if block < all_chunks { (all_chunks - block).div_ceil(blocks) } else { 0 };
+    let at = |c: usize| (block + c * blocks) * CHUNK;
+    let len = |c: usize| (bytes - at(c)).min(CHUNK) as u32;
     // SAFETY (whole function): stage buffers and barriers lie inside `smem`; chunk `c` lies
     // inside both buffers because `c < chunks`.
     unsafe {
@@ -40,7 +44,7 @@ unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
             arch::mbarrier_arrive_expect_tx(barrier(stage), len(c));
             arch::bulk_load(
                 smem.add(stage * CHUNK),
-                src.add(c * CHUNK),
+                src.add(at(c)),
                 len(c),
                 barrier(stage),
             );
@@ -52,7 +56,7 @@ unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
             let stage = c % BULK_STAGES;
             let parity = ((c / BULK_STAGES) & 1) as u32;
             while !arch::mbarrier_try_wait_parity(barrier(stage), parity) {}
-            arch::bulk_store(dst.add(c * CHUNK), smem.add(stage * CHUNK), len(c));
+            arch::bulk_store(dst.add(at(c)), smem.add(stage * CHUNK), len(c));
             arch::bulk_commit();
             // Once the store before this one has read its stage, refill that stage.
             if c >= 1 && c - 1 + BULK_STAGES < chunks {
@@ -80,15 +84,17 @@ pub(crate) unsafe fn hopper_copy(
     bytes: usize,
     smem: *mut u8,
 ) {
-    if coop.whole_block && bytes >= BULK_MIN_BYTES {
+    if coop.whole_block && bytes / coop.blocks as usize >= BULK_MIN_BYTES {
         let whole = bytes - bytes % 16;
         // Other threads may still be draining ring slots of an earlier call.
         arch::sync_block();
-        if coop.leads() {
-            // SAFETY: forwarded contract; only the leader touches `smem` until the barrier.
-            unsafe { bulk_copy(dst, src, whole, smem) };
+        if coop.leads_block() {
+            // SAFETY: forwarded contract; only this block's leader touches its `smem` until the
+            // barrier.
+            unsafe { bulk_copy(dst, src, whole, smem, coop.block_in_group() as usize, coop.blocks as usize) };
         }
-        // The last thread (the leader itself in a one-thread block) copies the < 16 tail bytes.
+        // The group's last thread (the leader itself in a one-thread block) copies the < 16
+        // tail bytes.
         if coop.index + 1 == coop.size {
             // SAFETY: the tail lies within `bytes`.
             unsafe { copy_bytes(Coop::new(0, 1), dst, src, whole, bytes) };
