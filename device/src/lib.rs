@@ -8,8 +8,10 @@
 //! the same code runs on CPU threads (a block is one thread), which is how the protocol is
 //! tested without a GPU.
 //!
-//! Layers, one direction of knowledge: collectives (what moves) → SNAC (where and when) →
-//! [`atom`] (how bytes move on one architecture) → [`arch`] (the only inline PTX).
+//! Layers, one direction of knowledge: [`collective`]s, each a pair of [`layout`]s (what
+//! moves) → [`snac`] (where and when) → [`atom`] (how bytes move on one architecture) →
+//! [`arch`] (the only inline PTX). On the host, [`emulation`] runs the same device code with
+//! one CPU thread per (rank, block).
 //!
 //! ```
 //! use purlin_device::atom::{Atom, Native};
@@ -30,10 +32,15 @@ extern crate std;
 
 pub mod arch;
 pub mod atom;
+pub mod collective;
 pub mod context;
 pub mod coop;
 pub mod element;
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod emulation;
+pub mod layout;
 pub mod op;
 pub mod partition;
+pub mod snac;
 
 pub use half;

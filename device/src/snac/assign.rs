@@ -6,8 +6,8 @@
 //! use purlin_device::snac::assign::{roles, share, Share};
 //! let r = roles(8, 3);
 //! assert_eq!((r.producers, r.consumers), ((0, 3), (3, 5)));
-//! // 5 consumer blocks over 2 streams weighing 1 and 3: 1 + 3 = 4 extra blocks split 1:3.
-//! assert_eq!(share(5, 4, 2, |j| [1u64, 3][j as usize]), Share::One { stream: 1, set: 4, index: 3 });
+//! // 6 consumer blocks over 2 streams weighing 1 and 3: one each, the 4 others split 1:3.
+//! assert_eq!(share(6, 5, 2, |j| [1u64, 3][j as usize]), Share::One { stream: 1, set: 4, index: 3 });
 //! // 2 blocks over 5 streams: block 1 takes streams 1 and 3, each alone.
 //! assert_eq!(share(2, 1, 5, |_| 1), Share::Strided { first: 1, step: 2 });
 //! ```
@@ -44,7 +44,10 @@ impl Roles {
 #[inline(always)]
 pub const fn roles(blocks: u32, put_blocks: u32) -> Roles {
     if blocks <= 1 {
-        return Roles { producers: (0, 1), consumers: (0, 1) };
+        return Roles {
+            producers: (0, 1),
+            consumers: (0, 1),
+        };
     }
     let p = if put_blocks < 1 {
         1
@@ -53,7 +56,10 @@ pub const fn roles(blocks: u32, put_blocks: u32) -> Roles {
     } else {
         put_blocks
     };
-    Roles { producers: (0, p), consumers: (p, blocks - p) }
+    Roles {
+        producers: (0, p),
+        consumers: (p, blocks - p),
+    }
 }
 
 /// The streams one block of a set works on.
@@ -89,7 +95,10 @@ pub fn share<W: Fn(u32) -> u64>(set_blocks: u32, k: u32, streams: u32, weight: W
         return Share::Nothing;
     }
     if set_blocks < streams {
-        return Share::Strided { first: k, step: set_blocks };
+        return Share::Strided {
+            first: k,
+            step: set_blocks,
+        };
     }
     let extra = (set_blocks - streams) as u64;
     let mut total = 0u64;
@@ -103,9 +112,14 @@ pub fn share<W: Fn(u32) -> u64>(set_blocks: u32, k: u32, streams: u32, weight: W
     let leftover = extra - given;
     let mut start = 0u32;
     for j in 0..streams {
-        let count = 1 + (extra * weight(j).max(1) / total) as u32 + u32::from((j as u64) < leftover);
+        let count =
+            1 + (extra * weight(j).max(1) / total) as u32 + u32::from((j as u64) < leftover);
         if k < start + count {
-            return Share::One { stream: j, set: count, index: k - start };
+            return Share::One {
+                stream: j,
+                set: count,
+                index: k - start,
+            };
         }
         start += count;
     }
@@ -117,6 +131,7 @@ pub fn share<W: Fn(u32) -> u64>(set_blocks: u32, k: u32, streams: u32, weight: W
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::vec;
     use std::vec::Vec;
 
     proptest! {

@@ -53,7 +53,11 @@ pub const fn chunks(len: u64, chunk: u64) -> u64 {
 /// 16-byte unit fits.
 #[inline(always)]
 pub const fn chunk_size(plan_chunk: u64, half_bytes: u64, regions: u64) -> u64 {
-    let want = if plan_chunk < 16 { 16 } else { plan_chunk & !15 };
+    let want = if plan_chunk < 16 {
+        16
+    } else {
+        plan_chunk & !15
+    };
     let fit = (half_bytes / regions) & !15;
     if want < fit { want } else { fit }
 }
@@ -63,7 +67,11 @@ pub const fn chunk_size(plan_chunk: u64, half_bytes: u64, regions: u64) -> u64 {
 #[inline(always)]
 pub const fn slots(half_bytes: u64, regions: u64, chunk: u64) -> u64 {
     let s = half_bytes / (regions * chunk);
-    if s > MAX_CHUNKS as u64 { MAX_CHUNKS as u64 } else { s }
+    if s > MAX_CHUNKS as u64 {
+        MAX_CHUNKS as u64
+    } else {
+        s
+    }
 }
 
 /// The slot chunk `i` uses.
@@ -77,7 +85,11 @@ pub const fn slot(i: u64, slots: u64) -> u64 {
 /// when chunk `i` is the slot's first occupant in this call.
 #[inline(always)]
 pub const fn drain_target(e: u64, i: u64, slots: u64) -> Option<u64> {
-    if i >= slots { Some(flag(e, i - slots)) } else { None }
+    if i >= slots {
+        Some(flag(e, i - slots))
+    } else {
+        None
+    }
 }
 
 /// Whether the readers of chunk `i` must post *consumed* for it: only if the producer will

@@ -64,12 +64,18 @@ impl CollectiveKind {
 
     /// True for the collectives that reduce.
     pub const fn reduces(self) -> bool {
-        matches!(self, Self::AllReduce | Self::ReduceScatter | Self::ReduceScatterV)
+        matches!(
+            self,
+            Self::AllReduce | Self::ReduceScatter | Self::ReduceScatterV
+        )
     }
 
     /// True for the variable-length collectives.
     pub const fn is_v(self) -> bool {
-        matches!(self, Self::AllGatherV | Self::ReduceScatterV | Self::AllToAllV)
+        matches!(
+            self,
+            Self::AllGatherV | Self::ReduceScatterV | Self::AllToAllV
+        )
     }
 }
 
@@ -177,12 +183,14 @@ pub struct FaultRecord {
     pub reserved: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<FaultRecord>() == crate::context::LocalState::FAULT_BYTES);
+const _: () =
+    assert!(core::mem::size_of::<FaultRecord>() == crate::context::LocalState::FAULT_BYTES);
 
 impl FaultRecord {
     /// Decodes the record from its bytes (little-endian, as the GPU and the host store them).
     pub fn from_bytes(bytes: &[u8; 64]) -> Self {
-        let u32_at = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let u32_at =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
         let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
         Self {
             count: u32_at(0),
@@ -275,7 +283,13 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
             FaultKind::InvalidArgument => {
-                write!(f, "{} on rank {}: invalid arguments (block {})", self.collective.name(), self.rank, self.block)
+                write!(
+                    f,
+                    "{} on rank {}: invalid arguments (block {})",
+                    self.collective.name(),
+                    self.rank,
+                    self.block
+                )
             }
             FaultKind::Timeout if self.peer_missing => write!(
                 f,

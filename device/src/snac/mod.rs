@@ -34,8 +34,8 @@
 pub mod assign;
 pub mod epoch;
 mod fault;
-pub mod packet;
 pub(crate) mod latency;
+pub mod packet;
 pub(crate) mod staging;
 pub(crate) mod sync;
 pub(crate) mod transfer;
@@ -115,7 +115,7 @@ pub enum ReductionMode {
 ///
 /// ```
 /// use purlin_device::snac::{Algorithm, Plan};
-/// let plan = Plan { chunk_bytes: 256 << 10, algorithm: Algorithm::Throughput, ..Plan::default() };
+/// let plan = Plan { chunk_bytes: 256 << 10, algorithm: Algorithm::Throughput as u32, ..Plan::default() };
 /// assert_eq!(plan.latency_threshold, 512 << 10);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -61,7 +61,10 @@ pub unsafe fn put(p: *mut u8, payload: u64, flag: u32) {
 #[inline(always)]
 pub unsafe fn try_get(p: *const u8, flag: u32) -> Result<u64, u64> {
     // SAFETY: the caller guarantees the slot.
-    decode(unsafe { arch::ld_volatile_v2_u64(p as *const [u64; 2]) }, flag)
+    decode(
+        unsafe { arch::ld_volatile_v2_u64(p as *const [u64; 2]) },
+        flag,
+    )
 }
 
 #[cfg(test)]

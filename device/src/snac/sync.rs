@@ -6,8 +6,8 @@
 //! is a `st.release.sys`. A waiter polls with relaxed loads and, once the flag is there, does
 //! one `ld.acquire.sys` before `bar.sync` lets the block read the data.
 
-use super::epoch;
 use super::fault::{CollectiveKind, FaultKind, SignalKind};
+use super::{epoch, packet};
 use crate::arch;
 use crate::context::{Context, LocalState, SignalLayout};
 
@@ -79,7 +79,12 @@ impl Call {
     /// `ctx` describes live buffers; `scratch` points to `SNAC_SMEM_BYTES` of this block's
     /// shared memory (or anything, with one thread per block); every thread of the block calls.
     #[inline(always)]
-    pub(crate) unsafe fn begin(ctx: Context, collective: CollectiveKind, block: u32, scratch: *mut u8) -> Self {
+    pub(crate) unsafe fn begin(
+        ctx: Context,
+        collective: CollectiveKind,
+        block: u32,
+        scratch: *mut u8,
+    ) -> Self {
         let mut call = Self {
             ctx,
             collective,
@@ -110,6 +115,20 @@ impl Call {
         call
     }
 
+    /// A call that cannot run (invalid arguments): no epoch is read, only faults recorded.
+    pub(crate) fn detached(ctx: Context, collective: CollectiveKind, block: u32) -> Self {
+        Self {
+            ctx,
+            collective,
+            block,
+            epoch: 0,
+            tid: arch::thread_index(),
+            threads: arch::block_threads(),
+            scratch: core::ptr::null_mut(),
+            toggle: 0,
+        }
+    }
+
     /// This rank.
     #[inline(always)]
     pub(crate) const fn me(&self) -> u32 {
@@ -136,13 +155,15 @@ impl Call {
     /// The address of the flag of `kind` that `sender` posts to `rank`.
     #[inline(always)]
     pub(crate) fn signal(&self, rank: u32, kind: SignalKind, sender: u32) -> *mut u64 {
-        (self.ctx.signals[rank as usize] + SignalLayout::flag(kind as usize, sender as usize) as u64) as *mut u64
+        (self.ctx.signals[rank as usize]
+            + SignalLayout::flag(kind as usize, sender as usize) as u64) as *mut u64
     }
 
     /// A last-arrival counter of this rank.
     #[inline(always)]
     pub(crate) fn counter(&self, group: Counter, index: u32, slot: u64) -> *mut u32 {
-        (self.ctx.state + LocalState::counter(group as usize, index as usize, slot as usize) as u64) as *mut u32
+        (self.ctx.state + LocalState::counter(group as usize, index as usize, slot as usize) as u64)
+            as *mut u32
     }
 
     /// The first word of this rank's fault record.
@@ -197,7 +218,11 @@ impl Call {
     #[inline(always)]
     pub(crate) fn announce_arrival(&self) {
         if self.block == 0 {
-            self.post_to(Ranks::Others, SignalKind::Arrival, epoch::flag(self.epoch, 0));
+            self.post_to(
+                Ranks::Others,
+                SignalKind::Arrival,
+                epoch::flag(self.epoch, 0),
+            );
         }
     }
 
@@ -264,7 +289,12 @@ impl Call {
     /// Thread 0 waits for `flag` of `kind` from every rank in `from` (in rank order), then the
     /// block learns the outcome. Every thread calls.
     #[inline(always)]
-    pub(crate) fn wait_block(&mut self, from: Ranks, kind: SignalKind, flag: u64) -> Result<(), Left> {
+    pub(crate) fn wait_block(
+        &mut self,
+        from: Ranks,
+        kind: SignalKind,
+        flag: u64,
+    ) -> Result<(), Left> {
         let mut ok = 1;
         if self.tid == 0 {
             for q in 0..self.world() {
@@ -274,7 +304,11 @@ impl Call {
                 }
             }
         }
-        if self.broadcast(ok) == 1 { Ok(()) } else { Err(Left) }
+        if self.broadcast(ok) == 1 {
+            Ok(())
+        } else {
+            Err(Left)
+        }
     }
 
     /// Last arrival: after the block's work (a barrier), thread 0 counts this block in; true
@@ -302,16 +336,84 @@ impl Call {
         self.broadcast(last) == 1
     }
 
+    /// The extent packet `sender` writes to `rank` in this call's half.
+    #[inline(always)]
+    fn extent(&self, rank: u32, sender: u32) -> *mut u8 {
+        (self.ctx.signals[rank as usize]
+            + SignalLayout::extent(self.half() as usize, sender as usize) as u64) as *mut u8
+    }
+
+    /// Block 0 tells every rank (itself included) the largest chunk count of its streams.
+    #[inline(always)]
+    pub(crate) fn post_extent(&self, rounds: u64) {
+        if self.block != 0 {
+            return;
+        }
+        let flag = packet::flag32(self.epoch);
+        let mut q = self.tid;
+        while q < self.world() {
+            // SAFETY: rank q's signal array holds a packet per sender and half.
+            unsafe { packet::put(self.extent(q, self.me()), rounds, flag) };
+            q += self.threads;
+        }
+    }
+
+    /// Waits for every rank's extent packet and returns the largest: the chunk count every
+    /// rank advances its epochs by. Every thread calls.
+    pub(crate) fn agree_extent(&mut self) -> Result<u64, Left> {
+        let flag = packet::flag32(self.epoch);
+        let (mut ok, mut rounds) = (1u32, 0u64);
+        if self.tid == 0 {
+            for p in 0..self.world() {
+                let slot = self.extent(self.me(), p);
+                let mut got = 0;
+                let waited = self.spin(p, SignalKind::Extent, flag as u64, || {
+                    // SAFETY: our own signal array's extent packet of sender p.
+                    match unsafe { packet::try_get(slot, flag) } {
+                        Ok(v) => {
+                            got = v;
+                            None
+                        }
+                        Err(seen) => Some(seen),
+                    }
+                });
+                if waited.is_err() {
+                    ok = 0;
+                    break;
+                }
+                rounds = rounds.max(got);
+            }
+        }
+        let lo = self.broadcast(rounds as u32);
+        let hi = self.broadcast((rounds >> 32) as u32);
+        if self.broadcast(ok) == 1 {
+            Ok(lo as u64 | ((hi as u64) << 32))
+        } else {
+            Err(Left)
+        }
+    }
+
     /// Records a fault in this rank's local state (the first one wins). For a timeout, a peer
     /// whose arrival for this call is missing is named instead of the one awaited.
-    pub(crate) fn record(&self, kind: FaultKind, peer: u32, signal: SignalKind, awaited: u64, observed: u64) {
+    pub(crate) fn record(
+        &self,
+        kind: FaultKind,
+        peer: u32,
+        signal: SignalKind,
+        awaited: u64,
+        observed: u64,
+    ) {
         let mut peer = peer;
         let mut missing = 0u32;
         if kind == FaultKind::Timeout {
             let arrived = epoch::flag(self.epoch, 0);
             for q in 0..self.world() {
                 // SAFETY: our own signal array, accessed atomically.
-                if q != self.me() && unsafe { arch::ld_relaxed_sys_u64(self.signal(self.me(), SignalKind::Arrival, q)) } < arrived {
+                if q != self.me()
+                    && unsafe {
+                        arch::ld_relaxed_sys_u64(self.signal(self.me(), SignalKind::Arrival, q))
+                    } < arrived
+                {
                     peer = q;
                     missing = 1;
                     break;
@@ -342,7 +444,13 @@ impl Call {
     /// Records that the arguments cannot be run (thread 0 only) and returns `Left`.
     pub(crate) fn invalid(&self) -> Left {
         if self.tid == 0 {
-            self.record(FaultKind::InvalidArgument, self.me(), SignalKind::None, 0, 0);
+            self.record(
+                FaultKind::InvalidArgument,
+                self.me(),
+                SignalKind::None,
+                0,
+                0,
+            );
         }
         Left
     }

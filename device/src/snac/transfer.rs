@@ -14,7 +14,13 @@ use crate::op::ReduceOp;
 /// # Safety
 /// Both ranges are valid for `bytes` and do not overlap; `smem` as for [`Atom::copy`].
 #[inline(always)]
-pub(crate) unsafe fn copy<A: Atom>(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
+pub(crate) unsafe fn copy<A: Atom>(
+    coop: Coop,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    smem: *mut u8,
+) {
     if bytes == 0 {
         return;
     }

@@ -1,0 +1,299 @@
+//! Collectives as streams: each pattern turns a pair of layouts into the producer and consumer
+//! streams SNAC runs.
+
+use crate::layout::{Layout, Split};
+use crate::snac::SignalKind;
+use crate::snac::staging::{Get, Put, Streams};
+use crate::snac::sync::Ranks;
+
+/// Where a rank's buffers are.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Buffers {
+    pub(crate) me: u32,
+    pub(crate) world: u32,
+    pub(crate) src: *const u8,
+    pub(crate) dst: *mut u8,
+}
+
+impl Buffers {
+    #[inline(always)]
+    fn src_at(&self, offset: u64) -> *const u8 {
+        self.src.wrapping_add(offset as usize)
+    }
+    #[inline(always)]
+    fn dst_at(&self, offset: u64) -> *mut u8 {
+        self.dst.wrapping_add(offset as usize)
+    }
+}
+
+/// AllGather(V): `src` (packed: one part) goes to every rank; part `p` of `dst` (scattered)
+/// comes from rank `p`. One region; every rank reads it, so a reused slot waits for all.
+pub(crate) struct Gather<S, D> {
+    pub(crate) b: Buffers,
+    pub(crate) src: S,
+    pub(crate) dst: D,
+}
+
+impl<S: Layout, D: Layout> Streams for Gather<S, D> {
+    fn regions(&self) -> u32 {
+        1
+    }
+    fn puts(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn put(&self, _: u32) -> Put {
+        let (offset, len) = self.src.part(self.b.me, self.b.me);
+        Put {
+            src: self.b.src_at(offset),
+            len,
+            region: 0,
+            notify: Ranks::Others,
+            drain_kind: SignalKind::Consumed,
+            drain: Ranks::Others,
+        }
+    }
+    fn gets(&self) -> u32 {
+        self.b.world
+    }
+    #[inline(always)]
+    fn get(&self, j: u32) -> Get {
+        let me = self.b.me;
+        let q = (me + j) % self.b.world;
+        if q == me {
+            // The own part goes straight from src to dst (nothing when in place).
+            let (so, len) = self.src.part(me, me);
+            let (doff, _) = self.dst.part(me, me);
+            let (src, dst) = (self.b.src_at(so), self.b.dst_at(doff));
+            let len = if src == dst as *const u8 { 0 } else { len };
+            Get::Local { src, dst, len }
+        } else {
+            let (offset, len) = self.dst.part(me, q);
+            Get::Copy {
+                peer: q,
+                region: 0,
+                dst: self.b.dst_at(offset),
+                len,
+                wait: SignalKind::Data,
+            }
+        }
+    }
+    fn agreed_len(&self) -> Option<u64> {
+        self.dst.max_part(self.b.world)
+    }
+}
+
+/// AllToAll(V): part `q` of `src` (scattered) goes to rank `q`; part `p` of `dst`
+/// (transposed) comes from rank `p`. One region per destination; only it reads the region.
+pub(crate) struct Exchange<S, D> {
+    pub(crate) b: Buffers,
+    pub(crate) src: S,
+    pub(crate) dst: D,
+}
+
+impl<S: Layout, D: Layout> Streams for Exchange<S, D> {
+    fn regions(&self) -> u32 {
+        self.b.world
+    }
+    fn puts(&self) -> u32 {
+        self.b.world - 1
+    }
+    #[inline(always)]
+    fn put(&self, j: u32) -> Put {
+        // Rotated so that the ranks start on different peers.
+        let q = (self.b.me + 1 + j) % self.b.world;
+        let (offset, len) = self.src.part(self.b.me, q);
+        Put {
+            src: self.b.src_at(offset),
+            len,
+            region: q,
+            notify: Ranks::One(q),
+            drain_kind: SignalKind::Consumed,
+            drain: Ranks::One(q),
+        }
+    }
+    fn gets(&self) -> u32 {
+        self.b.world
+    }
+    #[inline(always)]
+    fn get(&self, j: u32) -> Get {
+        let me = self.b.me;
+        let p = (me + j) % self.b.world;
+        if p == me {
+            let (so, len) = self.src.part(me, me);
+            let (doff, _) = self.dst.part(me, me);
+            Get::Local {
+                src: self.b.src_at(so),
+                dst: self.b.dst_at(doff),
+                len,
+            }
+        } else {
+            let (offset, len) = self.dst.part(me, p);
+            Get::Copy {
+                peer: p,
+                region: me,
+                dst: self.b.dst_at(offset),
+                len,
+                wait: SignalKind::Data,
+            }
+        }
+    }
+    fn agreed_len(&self) -> Option<u64> {
+        // The output layout decides: a V output only knows this rank's counts.
+        let d = self.dst.max_part(self.b.world)?;
+        let s = self.src.max_part(self.b.world)?;
+        Some(d.max(s))
+    }
+}
+
+/// ReduceScatter(V): part `q` of `src` (scattered) is reduced over all ranks into rank `q`'s
+/// `dst` (packed). One region per shard; the owner of the shard reads it.
+pub(crate) struct Scatter<S> {
+    pub(crate) b: Buffers,
+    pub(crate) src: S,
+}
+
+impl<S: Layout> Streams for Scatter<S> {
+    fn regions(&self) -> u32 {
+        self.b.world
+    }
+    fn puts(&self) -> u32 {
+        self.b.world
+    }
+    #[inline(always)]
+    fn put(&self, j: u32) -> Put {
+        let q = (self.b.me + 1 + j) % self.b.world;
+        let (offset, len) = self.src.part(self.b.me, q);
+        Put {
+            src: self.b.src_at(offset),
+            len,
+            region: q,
+            notify: Ranks::One(q),
+            drain_kind: SignalKind::Consumed,
+            drain: Ranks::One(q),
+        }
+    }
+    fn gets(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn get(&self, _: u32) -> Get {
+        let (_, len) = self.src.part(self.b.me, self.b.me);
+        Get::Reduce {
+            region: self.b.me,
+            len,
+            dst: self.b.dst,
+            post: SignalKind::Consumed,
+        }
+    }
+    fn agreed_len(&self) -> Option<u64> {
+        self.src.max_part(self.b.world)
+    }
+}
+
+/// AllReduce, world > 2: a ReduceScatter head over [`Split`] shards, reducing each shard in
+/// place in its owner's staging and announcing it with *gather*, composed with an AllGather
+/// tail that pulls every reduced shard into `dst`. A slot of another rank's shard is free once
+/// that rank reduced it (gather); a slot of this rank's own shard once every tail copied it.
+pub(crate) struct Composed {
+    pub(crate) b: Buffers,
+    pub(crate) shards: Split,
+}
+
+impl Streams for Composed {
+    fn regions(&self) -> u32 {
+        self.b.world
+    }
+    fn puts(&self) -> u32 {
+        self.b.world
+    }
+    #[inline(always)]
+    fn put(&self, j: u32) -> Put {
+        let me = self.b.me;
+        let q = (me + 1 + j) % self.b.world;
+        let (offset, len) = self.shards.part(me, q);
+        let (drain_kind, drain) = if q == me {
+            (SignalKind::Consumed, Ranks::All)
+        } else {
+            (SignalKind::Gather, Ranks::One(q))
+        };
+        Put {
+            src: self.b.src_at(offset),
+            len,
+            region: q,
+            notify: Ranks::One(q),
+            drain_kind,
+            drain,
+        }
+    }
+    fn gets(&self) -> u32 {
+        self.b.world + 1
+    }
+    #[inline(always)]
+    fn get(&self, j: u32) -> Get {
+        let me = self.b.me;
+        if j == 0 {
+            let (_, len) = self.shards.part(me, me);
+            return Get::Reduce {
+                region: me,
+                len,
+                dst: core::ptr::null_mut(),
+                post: SignalKind::Gather,
+            };
+        }
+        let q = (me + j - 1) % self.b.world;
+        let (offset, len) = self.shards.part(me, q);
+        Get::Copy {
+            peer: q,
+            region: q,
+            dst: self.b.dst_at(offset),
+            len,
+            wait: SignalKind::Gather,
+        }
+    }
+    fn agreed_len(&self) -> Option<u64> {
+        self.shards.max_part(self.b.world)
+    }
+}
+
+/// AllReduce, direct (world 2): every rank stages its whole input, and every rank reduces the
+/// whole buffer from all stagings.
+pub(crate) struct Direct {
+    pub(crate) b: Buffers,
+    pub(crate) bytes: u64,
+}
+
+impl Streams for Direct {
+    fn regions(&self) -> u32 {
+        1
+    }
+    fn puts(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn put(&self, _: u32) -> Put {
+        Put {
+            src: self.b.src,
+            len: self.bytes,
+            region: 0,
+            notify: Ranks::All,
+            drain_kind: SignalKind::Consumed,
+            drain: Ranks::All,
+        }
+    }
+    fn gets(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn get(&self, _: u32) -> Get {
+        Get::Reduce {
+            region: 0,
+            len: self.bytes,
+            dst: self.b.dst,
+            post: SignalKind::Consumed,
+        }
+    }
+    fn agreed_len(&self) -> Option<u64> {
+        Some(self.bytes)
+    }
+}

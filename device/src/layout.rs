@@ -1,0 +1,259 @@
+//! Layouts: how a collective's buffer is cut into parts, one per peer. They know nothing of
+//! GPUs or protocols; a collective is a pair of layouts (its input's and its output's) plus
+//! copy or reduce, and SNAC turns the parts into streams.
+//!
+//! | layout | part exchanged with peer `q`, in a rank's buffer |
+//! | --- | --- |
+//! | [`Packed`] | the whole buffer (the same for every peer) |
+//! | [`Scattered`] | slot `q`: `q × bytes .. (q + 1) × bytes` |
+//! | [`Transposed`] | slot `q`, filled by (or taken from) rank `q` |
+//! | [`PackedV`], [`ScatteredV`], [`TransposedV`] | the same with per-part element counts read from memory |
+//!
+//! AllGather = packed → scattered, ReduceScatter = scattered → packed (reduce),
+//! AllToAll = scattered → transposed, AllReduce = packed → packed (reduce), run as
+//! ReduceScatter over [`Split`] parts then AllGather.
+//!
+//! ```
+//! use purlin_device::layout::{Layout, Packed, Scattered, ScatteredV, Split};
+//! assert_eq!(Packed { bytes: 12 }.part(1, 3), (0, 12));
+//! assert_eq!(Scattered { bytes: 12 }.part(1, 3), (36, 12));
+//! let counts = [2u64, 0, 5];
+//! let v = ScatteredV { counts: counts.as_ptr(), elem_bytes: 4 };
+//! assert_eq!(v.part(0, 2), (8, 20));
+//! assert_eq!(v.max_part(3), Some(20));
+//! // AllReduce shards: whole 16-byte units, the last one takes the tail.
+//! assert_eq!(Split { bytes: 40, world: 2 }.part(0, 0), (0, 16));
+//! assert_eq!(Split { bytes: 40, world: 2 }.part(0, 1), (16, 24));
+//! ```
+
+/// How a buffer of one rank is cut into parts.
+pub trait Layout: Copy {
+    /// Byte range `(offset, len)` of the part of `rank`'s buffer exchanged with `peer`.
+    fn part(&self, rank: u32, peer: u32) -> (u64, u64);
+    /// The largest part of any rank, if every rank can compute it from what it holds.
+    fn max_part(&self, world: u32) -> Option<u64>;
+}
+
+/// One part, the whole buffer of `bytes` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packed {
+    /// Bytes of the buffer.
+    pub bytes: u64,
+}
+
+impl Layout for Packed {
+    #[inline(always)]
+    fn part(&self, _: u32, _: u32) -> (u64, u64) {
+        (0, self.bytes)
+    }
+    #[inline(always)]
+    fn max_part(&self, _: u32) -> Option<u64> {
+        Some(self.bytes)
+    }
+}
+
+/// `world` parts of `bytes` bytes; part `q` goes to (or belongs to) rank `q`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scattered {
+    /// Bytes of one part.
+    pub bytes: u64,
+}
+
+impl Layout for Scattered {
+    #[inline(always)]
+    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+        (peer as u64 * self.bytes, self.bytes)
+    }
+    #[inline(always)]
+    fn max_part(&self, _: u32) -> Option<u64> {
+        Some(self.bytes)
+    }
+}
+
+/// `world` parts of `bytes` bytes; part `p` comes from rank `p`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transposed {
+    /// Bytes of one part.
+    pub bytes: u64,
+}
+
+impl Layout for Transposed {
+    #[inline(always)]
+    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+        (peer as u64 * self.bytes, self.bytes)
+    }
+    #[inline(always)]
+    fn max_part(&self, _: u32) -> Option<u64> {
+        Some(self.bytes)
+    }
+}
+
+/// Reads `counts[i]` (device or host memory).
+///
+/// # Safety
+/// `counts` is valid for `i + 1` values.
+#[inline(always)]
+unsafe fn count(counts: *const u64, i: u32) -> u64 {
+    // SAFETY: the caller guarantees it; volatile because a graph replay may have rewritten it.
+    unsafe { counts.add(i as usize).read_volatile() }
+}
+
+/// Offset and length of part `q` of parts sized `counts[0..]` elements of `elem_bytes`.
+#[inline(always)]
+fn prefix(counts: *const u64, elem_bytes: u32, q: u32) -> (u64, u64) {
+    let mut offset = 0;
+    for i in 0..q {
+        // SAFETY: the layout's contract: `counts` holds a value per rank.
+        offset += unsafe { count(counts, i) };
+    }
+    // SAFETY: as above.
+    let len = unsafe { count(counts, q) };
+    (offset * elem_bytes as u64, len * elem_bytes as u64)
+}
+
+/// The whole buffer, `counts[rank]` elements of `elem_bytes` (AllGatherV input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedV {
+    /// One count per rank (valid for `world` values while the collective runs).
+    pub counts: *const u64,
+    /// Bytes per element.
+    pub elem_bytes: u32,
+}
+
+impl Layout for PackedV {
+    #[inline(always)]
+    fn part(&self, rank: u32, _: u32) -> (u64, u64) {
+        // SAFETY: the type's contract.
+        (
+            0,
+            unsafe { count(self.counts, rank) } * self.elem_bytes as u64,
+        )
+    }
+    #[inline(always)]
+    fn max_part(&self, world: u32) -> Option<u64> {
+        Some(max_count(self.counts, world) * self.elem_bytes as u64)
+    }
+}
+
+/// Parts of `counts[q]` elements, one after the other in rank order (AllGatherV output,
+/// ReduceScatterV and AllToAllV input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScatteredV {
+    /// One count per part (valid for `world` values while the collective runs).
+    pub counts: *const u64,
+    /// Bytes per element.
+    pub elem_bytes: u32,
+}
+
+impl Layout for ScatteredV {
+    #[inline(always)]
+    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+        prefix(self.counts, self.elem_bytes, peer)
+    }
+    #[inline(always)]
+    fn max_part(&self, world: u32) -> Option<u64> {
+        Some(max_count(self.counts, world) * self.elem_bytes as u64)
+    }
+}
+
+/// Parts of `counts[p]` elements received from rank `p`, in rank order (AllToAllV output).
+/// Only this rank's counts are known here, so the largest part of other ranks is not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransposedV {
+    /// One count per source rank (valid for `world` values while the collective runs).
+    pub counts: *const u64,
+    /// Bytes per element.
+    pub elem_bytes: u32,
+}
+
+impl Layout for TransposedV {
+    #[inline(always)]
+    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+        prefix(self.counts, self.elem_bytes, peer)
+    }
+    #[inline(always)]
+    fn max_part(&self, _: u32) -> Option<u64> {
+        None
+    }
+}
+
+/// The largest of `counts[0..world]`.
+#[inline(always)]
+fn max_count(counts: *const u64, world: u32) -> u64 {
+    let mut m = 0;
+    for i in 0..world {
+        // SAFETY: the layouts' contract.
+        m = m.max(unsafe { count(counts, i) });
+    }
+    m
+}
+
+/// `world` nearly equal parts of a `bytes`-byte buffer in whole 16-byte units (the last one
+/// also takes the tail): the shards AllReduce reduces and gathers. Every part starts 16-byte
+/// aligned, so shards move through the Atoms whatever the element count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Bytes of the buffer.
+    pub bytes: u64,
+    /// Parts (ranks).
+    pub world: u32,
+}
+
+impl Layout for Split {
+    #[inline(always)]
+    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+        let (offset, len) = crate::partition::split_bytes(
+            self.bytes as usize,
+            16,
+            self.world as usize,
+            peer as usize,
+        );
+        (offset as u64, len as u64)
+    }
+    #[inline(always)]
+    fn max_part(&self, _: u32) -> Option<u64> {
+        // The first part is never shorter than the others but the last, which adds < 16 bytes.
+        let (_, first) = self.part(0, 0);
+        let (_, last) = self.part(0, self.world - 1);
+        Some(if first > last { first } else { last })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::vec::Vec;
+
+    proptest! {
+        #[test]
+        fn v_parts_tile_the_buffer(counts in proptest::collection::vec(0u64..1000, 1..=16), elem in 1u32..=4) {
+            let world = counts.len() as u32;
+            let l = ScatteredV { counts: counts.as_ptr(), elem_bytes: elem };
+            let mut next = 0;
+            for q in 0..world {
+                let (offset, len) = l.part(0, q);
+                prop_assert_eq!(offset, next);
+                prop_assert_eq!(len, counts[q as usize] * elem as u64);
+                next += len;
+            }
+            prop_assert_eq!(l.max_part(world), Some(*counts.iter().max().unwrap() * elem as u64));
+        }
+
+        #[test]
+        fn split_parts_are_aligned_and_tile(bytes in 0u64..1 << 24, world in 1u32..=16) {
+            let l = Split { bytes, world };
+            let mut next = 0;
+            let mut lens = Vec::new();
+            for q in 0..world {
+                let (offset, len) = l.part(0, q);
+                prop_assert_eq!(offset, next);
+                prop_assert_eq!(offset % 16, 0);
+                next += len;
+                lens.push(len);
+            }
+            prop_assert_eq!(next, bytes);
+            prop_assert_eq!(l.max_part(world), lens.iter().copied().max());
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The latency regime of AllReduce: packets instead of staging + signals, so a small reduce
+//! costs one trip over the interconnect (one-shot) or two (two-shot) and no flag round trips.
+//!
+//! The payload is cut into 16-byte units; a unit travels as two packets (32 bytes). Rank `R`'s
+//! window for sender `S` in half `h` is `staging[R] + latency_offset(h) + S × window`.
+//! - One-shot: every rank writes all its units into every peer's window, then reduces every
+//!   unit over ranks `0..world` (its own from `src`).
+//! - Two-shot: unit `u` belongs to shard `owner(u)`. Every rank writes the units of shard `q`
+//!   into rank `q`'s window (lower half), reduces its own shard, writes the result into every
+//!   peer's window (upper half), and copies the other shards' results from its own window.
+//!
+//! Both reduce each element in `f32` in rank order and round once, as the Atoms do; the
+//! two-shot result packets carry the already rounded value, so every path gives the same bits.
+//! All `blocks × threads` threads stride over the units; the same thread reads a unit of `src`
+//! and later writes it to `dst`, so `src == dst` is allowed.
+
+use super::fault::SignalKind;
+use super::packet;
+use super::sync::{Call, Left};
+use crate::arch;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::partition::even_split;
+
+/// Bytes of window per unit (two packets).
+pub(crate) const UNIT_WINDOW: u64 = 32;
+
+/// Units of a payload.
+#[inline(always)]
+pub(crate) const fn units(bytes: u64) -> u64 {
+    bytes.div_ceil(16)
+}
+
+/// Whether one-shot fits a window of `window` bytes.
+#[inline(always)]
+pub(crate) const fn one_shot_fits(bytes: u64, window: u64) -> bool {
+    units(bytes) * UNIT_WINDOW <= window
+}
+
+/// Whether two-shot fits: the largest shard in half a window.
+#[inline(always)]
+pub(crate) const fn two_shot_fits(bytes: u64, world: u64, window: u64) -> bool {
+    units(bytes).div_ceil(world) * UNIT_WINDOW <= window / 2
+}
+
+/// The shard that unit `u` of `units` belongs to (the inverse of `even_split`).
+#[inline(always)]
+pub const fn owner(u: u64, units: u64, world: u64) -> u64 {
+    let base = units / world;
+    let extra = units % world;
+    let pivot = extra * (base + 1);
+    if u < pivot {
+        u / (base + 1)
+    } else {
+        extra + (u - pivot) / base
+    }
+}
+
+/// The `u`-th unit of a `bytes`-byte buffer, zero-padded past the end.
+///
+/// # Safety
+/// `src` is valid for `bytes`.
+#[inline(always)]
+unsafe fn load_unit(src: *const u8, u: u64, bytes: u64) -> u128 {
+    let at = u * 16;
+    if at + 16 <= bytes && (src as usize) & 15 == 0 {
+        // SAFETY: a whole aligned unit inside the buffer.
+        return unsafe { arch::ld_v128(src.add(at as usize) as *const u128) };
+    }
+    let mut v = 0u128;
+    let mut i = 0;
+    while i < 16 && at + i < bytes {
+        // SAFETY: inside the buffer.
+        v |= (unsafe { src.add((at + i) as usize).read() } as u128) << (8 * i);
+        i += 1;
+    }
+    v
+}
+
+/// Writes the `u`-th unit of a `bytes`-byte buffer, dropping what lies past the end.
+///
+/// # Safety
+/// `dst` is valid for `bytes`.
+#[inline(always)]
+unsafe fn store_unit(dst: *mut u8, u: u64, bytes: u64, v: u128) {
+    let at = u * 16;
+    if at + 16 <= bytes && (dst as usize) & 15 == 0 {
+        // SAFETY: a whole aligned unit inside the buffer.
+        return unsafe { arch::st_v128(dst.add(at as usize) as *mut u128, v) };
+    }
+    let mut i = 0;
+    while i < 16 && at + i < bytes {
+        // SAFETY: inside the buffer.
+        unsafe { dst.add((at + i) as usize).write((v >> (8 * i)) as u8) };
+        i += 1;
+    }
+}
+
+/// Sends a unit as two packets to slot `index` of a window.
+///
+/// # Safety
+/// The window holds at least `index + 1` units.
+#[inline(always)]
+unsafe fn put_unit(window: *mut u8, index: u64, v: u128, flag: u32) {
+    // SAFETY: both packets lie in the window.
+    unsafe {
+        let p = window.add((index * UNIT_WINDOW) as usize);
+        packet::put(p, v as u64, flag);
+        packet::put(p.add(16), (v >> 64) as u64, flag);
+    }
+}
+
+/// Waits for the unit in slot `index` of a window that `peer` writes.
+///
+/// # Safety
+/// The window holds at least `index + 1` units.
+#[inline(always)]
+unsafe fn get_unit(
+    call: &Call,
+    window: *const u8,
+    index: u64,
+    flag: u32,
+    peer: u32,
+) -> Result<u128, Left> {
+    // SAFETY: both packets lie in the window.
+    let p = unsafe { window.add((index * UNIT_WINDOW) as usize) };
+    let (mut lo, mut hi) = (None, None);
+    call.spin(peer, SignalKind::Packet, flag as u64, || {
+        if lo.is_none() {
+            // SAFETY: as above.
+            match unsafe { packet::try_get(p, flag) } {
+                Ok(v) => lo = Some(v),
+                Err(seen) => return Some(seen),
+            }
+        }
+        if hi.is_none() {
+            // SAFETY: as above.
+            match unsafe { packet::try_get(p.add(16), flag) } {
+                Ok(v) => hi = Some(v),
+                Err(seen) => return Some(seen),
+            }
+        }
+        None
+    })?;
+    Ok(lo.unwrap_or(0) as u128 | ((hi.unwrap_or(0) as u128) << 64))
+}
+
+/// `acc ⊕= x`, lane by lane, in `f32` (as the Atoms combine).
+#[inline(always)]
+fn combine<T: Element, O: ReduceOp>(acc: &mut T::Lanes, raw: u128) {
+    let x = T::unpack(raw);
+    for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
+        *a = O::combine(*a, *b);
+    }
+}
+
+/// The window rank `rank` keeps for `sender` in this call's half.
+#[inline(always)]
+fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
+    let layout = call.ctx.layout();
+    (call.ctx.staging[rank as usize]
+        + layout.latency_offset(call.half())
+        + sender as u64 * layout.latency_window_bytes) as *mut u8
+}
+
+/// Reduces unit `u` over ranks `0..world` in order: this rank's from `src`, the others' from
+/// their packets in slot `index` of the windows at `offset` within each sender's window.
+///
+/// # Safety
+/// As [`one_shot`].
+#[inline(always)]
+unsafe fn reduce_unit<T: Element, O: ReduceOp>(
+    call: &Call,
+    src: *const u8,
+    bytes: u64,
+    u: u64,
+    index: u64,
+    flag: u32,
+) -> Result<u128, Left> {
+    let me = call.me();
+    let mut acc = T::Lanes::default();
+    for p in 0..call.world() {
+        let raw = if p == me {
+            // SAFETY: forwarded contract.
+            unsafe { load_unit(src, u, bytes) }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { get_unit(call, window(call, me, p), index, flag, p)? }
+        };
+        if p == 0 {
+            acc = T::unpack(raw);
+        } else {
+            combine::<T, O>(&mut acc, raw);
+        }
+    }
+    Ok(T::pack(acc))
+}
+
+/// One-shot AllReduce of `bytes` bytes of `T`.
+///
+/// # Safety
+/// `src`/`dst` valid for `bytes` (they may be equal); the windows hold `units(bytes)` units;
+/// every thread of every block of the call runs it with the same values.
+pub(crate) unsafe fn one_shot<T: Element, O: ReduceOp>(
+    call: &Call,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: u64,
+    blocks: u32,
+) -> Result<(), Left> {
+    let (me, world) = (call.me(), call.world());
+    let flag = packet::flag32(call.epoch);
+    let units = units(bytes);
+    let first = call.block as u64 * call.threads as u64 + call.tid as u64;
+    let stride = blocks as u64 * call.threads as u64;
+    let mut u = first;
+    while u < units {
+        // SAFETY: forwarded contract.
+        let v = unsafe { load_unit(src, u, bytes) };
+        for q in 0..world {
+            if q != me {
+                // SAFETY: the peer's window for this rank holds every unit.
+                unsafe { put_unit(window(call, q, me), u, v, flag) };
+            }
+        }
+        u += stride;
+    }
+    let mut u = first;
+    while u < units {
+        // SAFETY: forwarded contract.
+        let v = unsafe { reduce_unit::<T, O>(call, src, bytes, u, u, flag)? };
+        // SAFETY: forwarded contract.
+        unsafe { store_unit(dst, u, bytes, v) };
+        u += stride;
+    }
+    Ok(())
+}
+
+/// Two-shot AllReduce of `bytes` bytes of `T` (reduce-scatter and all-gather over packets).
+///
+/// # Safety
+/// As [`one_shot`], with the largest shard fitting half a window.
+pub(crate) unsafe fn two_shot<T: Element, O: ReduceOp>(
+    call: &Call,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: u64,
+    blocks: u32,
+) -> Result<(), Left> {
+    let (me, world) = (call.me(), call.world());
+    let flag = packet::flag32(call.epoch);
+    let units = units(bytes);
+    let results = call.ctx.latency_window_bytes / 2;
+    let shard_first = |q: u64| even_split(units as usize, world as usize, q as usize).0 as u64;
+    let (mine, my_len) = even_split(units as usize, world as usize, me as usize);
+    let (mine, my_len) = (mine as u64, my_len as u64);
+    let first = call.block as u64 * call.threads as u64 + call.tid as u64;
+    let stride = blocks as u64 * call.threads as u64;
+
+    // 1. Scatter: the units of shard q to rank q.
+    let mut u = first;
+    while u < units {
+        let q = owner(u, units, world as u64);
+        if q != me as u64 {
+            // SAFETY: forwarded contract; shard q fits the lower half of q's window.
+            unsafe {
+                put_unit(
+                    window(call, q as u32, me),
+                    u - shard_first(q),
+                    load_unit(src, u, bytes),
+                    flag,
+                )
+            };
+        }
+        u += stride;
+    }
+    // 2. Reduce this rank's shard, keep it, and send it to every peer.
+    let mut i = first;
+    while i < my_len {
+        let u = mine + i;
+        // SAFETY: forwarded contract.
+        let v = unsafe { reduce_unit::<T, O>(call, src, bytes, u, i, flag)? };
+        // SAFETY: forwarded contract.
+        unsafe { store_unit(dst, u, bytes, v) };
+        for q in 0..world {
+            if q != me {
+                // SAFETY: the result lies in the upper half of q's window for this rank.
+                unsafe { put_unit(window(call, q, me).add(results as usize), i, v, flag) };
+            }
+        }
+        i += stride;
+    }
+    // 3. Gather the other shards' results.
+    let mut u = first;
+    while u < units {
+        let q = owner(u, units, world as u64);
+        if q != me as u64 {
+            // SAFETY: rank q's results lie in the upper half of its window here.
+            let v = unsafe {
+                get_unit(
+                    call,
+                    window(call, me, q as u32).add(results as usize),
+                    u - shard_first(q),
+                    flag,
+                    q as u32,
+                )?
+            };
+            // SAFETY: forwarded contract.
+            unsafe { store_unit(dst, u, bytes, v) };
+        }
+        u += stride;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn owner_inverts_even_split(units in 0u64..5000, world in 1u64..=16) {
+            for q in 0..world {
+                let (first, len) = even_split(units as usize, world as usize, q as usize);
+                for u in first..first + len {
+                    prop_assert_eq!(owner(u as u64, units, world), q);
+                }
+            }
+        }
+
+        #[test]
+        fn shards_fit_when_checked(bytes in 0u64..1 << 22, world in 1u64..=16, window_units in 1u64..1 << 14) {
+            let window = window_units * 32;
+            if two_shot_fits(bytes, world, window) {
+                let (_, len) = even_split(units(bytes) as usize, world as usize, 0);
+                prop_assert!(len as u64 * UNIT_WINDOW <= window / 2);
+            }
+            if one_shot_fits(bytes, window) {
+                prop_assert!(units(bytes) * UNIT_WINDOW <= window);
+            }
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! The throughput regime: chunked stage / notify / consume over resident or cyclic staging.
+//!
+//! A collective describes itself as *streams* ([`Streams`]): producer streams ([`Put`]) stage a
+//! part of `src` into one *region* of this rank's staging half and notify its readers; consumer
+//! streams ([`Get`]) pull a peer's region into `dst`, copy locally, or reduce one region of
+//! every rank. Each region holds `slots` chunks; a stream with more chunks than slots cycles,
+//! and before reusing a slot its producer waits until the slot's readers posted *consumed*
+//! (or, for the AllReduce head, *gather*) for the previous occupant.
+//!
+//! Blocks are split into producers and consumers ([`roles`]), each set over its streams in
+//! proportion to bytes ([`share`]). Every block works round by round: in round `i` it stages
+//! chunk `i` of its producer streams, then consumes chunk `i` of its consumer streams
+//! (reductions before copies). That order makes any split deadlock-free, even a single block
+//! doing everything: round `i`'s production waits only for consumption of round
+//! `i - slots`, and round `i`'s consumption only for production (and reduction) of round `i`.
+
+use super::assign::{Share, roles, share};
+use super::epoch;
+use super::fault::SignalKind;
+use super::sync::{Call, Counter, Left, Ranks};
+use super::transfer;
+use super::{Plan, SnacArgs};
+use crate::atom::{Atom, MAX_SOURCES};
+use crate::coop::Coop;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::partition::split_bytes;
+use core::marker::PhantomData;
+
+/// A producer stream: stage `len` bytes of `src` into region `region` of this rank's staging,
+/// chunk by chunk, notifying `notify` with [`SignalKind::Data`]; before reusing a slot, wait
+/// for `drain_kind` from every rank in `drain`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Put {
+    pub(crate) src: *const u8,
+    pub(crate) len: u64,
+    pub(crate) region: u32,
+    pub(crate) notify: Ranks,
+    pub(crate) drain_kind: SignalKind,
+    pub(crate) drain: Ranks,
+}
+
+/// A consumer stream.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Get {
+    /// Copy `len` bytes of region `region` of `peer`'s staging to `dst` once `peer` posted
+    /// `wait` for each chunk; post *consumed* back to `peer` when it will reuse the slot.
+    Copy {
+        peer: u32,
+        region: u32,
+        dst: *mut u8,
+        len: u64,
+        wait: SignalKind,
+    },
+    /// Copy `len` bytes from `src` to `dst` on this rank (no staging, no signals).
+    Local {
+        src: *const u8,
+        dst: *mut u8,
+        len: u64,
+    },
+    /// Reduce region `region` of every rank's staging (ranks in order) into `dst`, or in place
+    /// into this rank's own region when `dst` is null (the AllReduce head); then post `post`
+    /// (`Consumed` when the slot will be reused, `Gather` always) to every rank.
+    Reduce {
+        region: u32,
+        len: u64,
+        dst: *mut u8,
+        post: SignalKind,
+    },
+}
+
+impl Get {
+    /// Bytes of the stream.
+    #[inline(always)]
+    pub(crate) const fn len(&self) -> u64 {
+        match *self {
+            Get::Copy { len, .. } | Get::Local { len, .. } | Get::Reduce { len, .. } => len,
+        }
+    }
+
+    /// Work, for splitting blocks: a reduction reads every rank.
+    #[inline(always)]
+    const fn weight(&self, world: u32) -> u64 {
+        match *self {
+            Get::Reduce { len, .. } => len * world as u64,
+            _ => self.len(),
+        }
+    }
+}
+
+/// The streams of one rank in one call.
+pub(crate) trait Streams {
+    /// Regions per staging half.
+    fn regions(&self) -> u32;
+    /// Producer streams.
+    fn puts(&self) -> u32;
+    /// Producer stream `j`.
+    fn put(&self, j: u32) -> Put;
+    /// Consumer streams (reductions first).
+    fn gets(&self) -> u32;
+    /// Consumer stream `j`.
+    fn get(&self, j: u32) -> Get;
+    /// The largest stream of the call on any rank, if every rank can compute it (else the
+    /// ranks exchange their own largest).
+    fn agreed_len(&self) -> Option<u64>;
+}
+
+/// How consumers reduce: typed ([`Reduction`]) or not at all ([`NoReduction`]).
+pub(crate) trait Reducer {
+    /// Reduces `bytes` bytes from `srcs(p)`, `p` in `0..n`, into `dst`.
+    ///
+    /// # Safety
+    /// As [`transfer::reduce`].
+    unsafe fn reduce<A: Atom, F: Fn(u32) -> *const u8>(
+        coop: Coop,
+        dst: *mut u8,
+        srcs: F,
+        n: u32,
+        bytes: u64,
+        smem: *mut u8,
+    );
+}
+
+/// Reduction of `T` with `O`.
+pub(crate) struct Reduction<T, O>(PhantomData<(T, O)>);
+
+impl<T: Element, O: ReduceOp> Reducer for Reduction<T, O> {
+    #[inline(always)]
+    unsafe fn reduce<A: Atom, F: Fn(u32) -> *const u8>(
+        coop: Coop,
+        dst: *mut u8,
+        srcs: F,
+        n: u32,
+        bytes: u64,
+        smem: *mut u8,
+    ) {
+        let mut ptrs = [core::ptr::null::<T>(); MAX_SOURCES];
+        for (p, ptr) in ptrs.iter_mut().enumerate().take(n as usize) {
+            *ptr = srcs(p as u32) as *const T;
+        }
+        let count = bytes as usize / core::mem::size_of::<T>();
+        // SAFETY: forwarded contract.
+        unsafe {
+            transfer::reduce::<A, T, O>(coop, dst as *mut T, &ptrs[..n as usize], count, smem)
+        }
+    }
+}
+
+/// For copy collectives, which have no reduce streams.
+pub(crate) struct NoReduction;
+
+impl Reducer for NoReduction {
+    #[inline(always)]
+    unsafe fn reduce<A: Atom, F: Fn(u32) -> *const u8>(
+        _: Coop,
+        _: *mut u8,
+        _: F,
+        _: u32,
+        _: u64,
+        _: *mut u8,
+    ) {
+        // Copy collectives build no `Get::Reduce`.
+        crate::arch::trap()
+    }
+}
+
+/// The geometry of one call's staging.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    /// Chunk bytes (a multiple of 16).
+    pub(crate) chunk: u64,
+    /// Slots per region.
+    pub(crate) slots: u64,
+}
+
+impl Geometry {
+    /// The geometry for `regions` regions; `None` if staging cannot hold one 16-byte unit per
+    /// region.
+    #[inline(always)]
+    pub(crate) const fn new(plan: &Plan, half_bytes: u64, regions: u32) -> Option<Self> {
+        let chunk = epoch::chunk_size(plan.chunk_bytes, half_bytes, regions as u64);
+        if chunk == 0 {
+            return None;
+        }
+        Some(Self {
+            chunk,
+            slots: epoch::slots(half_bytes, regions as u64, chunk),
+        })
+    }
+
+    /// Chunks of a stream of `len` bytes.
+    #[inline(always)]
+    pub(crate) const fn chunks(&self, len: u64) -> u64 {
+        epoch::chunks(len, self.chunk)
+    }
+
+    /// Bytes of chunk `i` of a `len`-byte stream.
+    #[inline(always)]
+    const fn chunk_len(&self, len: u64, i: u64) -> u64 {
+        let at = i * self.chunk;
+        if at >= len {
+            0
+        } else if len - at < self.chunk {
+            len - at
+        } else {
+            self.chunk
+        }
+    }
+}
+
+/// Runs `f(stream, set, index)` for every stream of a share.
+#[inline(always)]
+fn for_each<F: FnMut(u32, u32, u32) -> Result<(), Left>>(
+    share: Share,
+    streams: u32,
+    mut f: F,
+) -> Result<(), Left> {
+    match share {
+        Share::One { stream, set, index } => f(stream, set, index),
+        Share::Strided { first, step } => {
+            let mut j = first;
+            while j < streams {
+                f(j, 1, 0)?;
+                j += step;
+            }
+            Ok(())
+        }
+        Share::Nothing => Ok(()),
+    }
+}
+
+/// One block's part of a throughput call.
+pub(crate) struct Engine<'a, S> {
+    pub(crate) streams: &'a S,
+    pub(crate) geometry: Geometry,
+    half_bytes: u64,
+    smem: *mut u8,
+}
+
+impl<'a, S: Streams> Engine<'a, S> {
+    /// An engine over `streams`; `None` (an invalid-argument fault) if staging is too small.
+    pub(crate) fn new(
+        call: &Call,
+        streams: &'a S,
+        plan: &Plan,
+        smem: *mut u8,
+    ) -> Result<Self, Left> {
+        let half_bytes = call.ctx.staging_half_bytes;
+        match Geometry::new(plan, half_bytes, streams.regions()) {
+            Some(geometry) => Ok(Self {
+                streams,
+                geometry,
+                half_bytes,
+                smem,
+            }),
+            None => Err(call.invalid()),
+        }
+    }
+
+    /// The largest chunk count of this rank's streams (for the size agreement).
+    pub(crate) fn local_rounds(&self) -> u64 {
+        let mut rounds = 1;
+        for j in 0..self.streams.puts() {
+            rounds = rounds.max(self.geometry.chunks(self.streams.put(j).len));
+        }
+        for j in 0..self.streams.gets() {
+            rounds = rounds.max(self.geometry.chunks(self.streams.get(j).len()));
+        }
+        rounds
+    }
+
+    /// Address of slot `slot` of `region` in `rank`'s staging, this call's half.
+    #[inline(always)]
+    fn slot_ptr(&self, call: &Call, rank: u32, region: u32, slot: u64) -> *mut u8 {
+        let g = self.geometry;
+        (call.ctx.staging[rank as usize]
+            + call.half() * self.half_bytes
+            + region as u64 * g.slots * g.chunk
+            + slot * g.chunk) as *mut u8
+    }
+
+    /// Runs this block's share of the call.
+    ///
+    /// # Safety
+    /// The streams describe valid memory; every thread of the block calls.
+    pub(crate) unsafe fn run<A: Atom, R: Reducer>(
+        &self,
+        call: &mut Call,
+        args: &SnacArgs,
+        plan: &Plan,
+    ) -> Result<(), Left> {
+        let roles = roles(args.blocks, plan.put_blocks);
+        let world = call.world();
+        let s = self.streams;
+        let put_share = if roles.produces(call.block) {
+            share(
+                roles.producers.1,
+                call.block - roles.producers.0,
+                s.puts(),
+                |j| s.put(j).len,
+            )
+        } else {
+            Share::Nothing
+        };
+        let get_share = if roles.consumes(call.block) {
+            share(
+                roles.consumers.1,
+                call.block - roles.consumers.0,
+                s.gets(),
+                |j| s.get(j).weight(world),
+            )
+        } else {
+            Share::Nothing
+        };
+        let mut rounds = 0;
+        let _ = for_each(put_share, s.puts(), |j, _, _| {
+            rounds = rounds.max(self.geometry.chunks(s.put(j).len));
+            Ok(())
+        });
+        let _ = for_each(get_share, s.gets(), |j, _, _| {
+            rounds = rounds.max(self.geometry.chunks(s.get(j).len()));
+            Ok(())
+        });
+        for i in 0..rounds {
+            for_each(put_share, s.puts(), |j, set, index| {
+                let put = s.put(j);
+                if i < self.geometry.chunks(put.len) {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.put_chunk::<A>(call, &put, i, set, index) }
+                } else {
+                    Ok(())
+                }
+            })?;
+            for_each(get_share, s.gets(), |j, set, index| {
+                let get = s.get(j);
+                if i < self.geometry.chunks(get.len()) {
+                    // SAFETY: forwarded contract.
+                    unsafe { self.get_chunk::<A, R>(call, &get, i, set, index) }
+                } else {
+                    Ok(())
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Stage: chunk `i` of a producer stream, this block's slice of it; Notify: the last block
+    /// of the set posts the chunk's flag.
+    ///
+    /// # Safety
+    /// As [`Engine::run`].
+    unsafe fn put_chunk<A: Atom>(
+        &self,
+        call: &mut Call,
+        put: &Put,
+        i: u64,
+        set: u32,
+        index: u32,
+    ) -> Result<(), Left> {
+        let g = self.geometry;
+        let slot = epoch::slot(i, g.slots);
+        if let Some(target) = epoch::drain_target(call.epoch, i, g.slots) {
+            call.wait_block(put.drain, put.drain_kind, target)?;
+        }
+        let (offset, len) = split_bytes(
+            g.chunk_len(put.len, i) as usize,
+            16,
+            set as usize,
+            index as usize,
+        );
+        let at = (i * g.chunk) as usize + offset;
+        // SAFETY: the slice lies inside the stream and inside the slot.
+        unsafe {
+            transfer::copy::<A>(
+                Coop::block(),
+                self.slot_ptr(call, call.me(), put.region, slot).add(offset),
+                put.src.add(at),
+                len,
+                self.smem,
+            )
+        };
+        if call.arrive(call.counter(Counter::Put, put.region, slot), set) {
+            call.post_to(put.notify, SignalKind::Data, epoch::flag(call.epoch, i));
+        }
+        Ok(())
+    }
+
+    /// Consume: chunk `i` of a consumer stream, this block's slice of it.
+    ///
+    /// # Safety
+    /// As [`Engine::run`].
+    unsafe fn get_chunk<A: Atom, R: Reducer>(
+        &self,
+        call: &mut Call,
+        get: &Get,
+        i: u64,
+        set: u32,
+        index: u32,
+    ) -> Result<(), Left> {
+        let g = self.geometry;
+        let slot = epoch::slot(i, g.slots);
+        let flag = epoch::flag(call.epoch, i);
+        let (offset, len) = split_bytes(
+            g.chunk_len(get.len(), i) as usize,
+            16,
+            set as usize,
+            index as usize,
+        );
+        let at = (i * g.chunk) as usize + offset;
+        match *get {
+            Get::Copy {
+                peer,
+                region,
+                dst,
+                len: total,
+                wait,
+            } => {
+                call.wait_block(Ranks::One(peer), wait, flag)?;
+                // SAFETY: the slice lies inside the peer's slot and inside `dst`.
+                unsafe {
+                    transfer::copy::<A>(
+                        Coop::block(),
+                        dst.add(at),
+                        self.slot_ptr(call, peer, region, slot).add(offset),
+                        len,
+                        self.smem,
+                    )
+                };
+                if epoch::must_post_consumed(i, g.chunks(total), g.slots)
+                    && call.arrive(call.counter(Counter::Consumed, peer, slot), set)
+                {
+                    call.post_to(Ranks::One(peer), SignalKind::Consumed, flag);
+                }
+            }
+            Get::Local { src, dst, .. } => {
+                // SAFETY: the slice lies inside both buffers.
+                unsafe {
+                    transfer::copy::<A>(Coop::block(), dst.add(at), src.add(at), len, self.smem)
+                };
+            }
+            Get::Reduce {
+                region,
+                len: total,
+                dst,
+                post,
+            } => {
+                call.wait_block(Ranks::All, SignalKind::Data, flag)?;
+                let out = if dst.is_null() {
+                    // SAFETY: in place, in this rank's own region.
+                    unsafe { self.slot_ptr(call, call.me(), region, slot).add(offset) }
+                } else {
+                    // SAFETY: the slice lies inside `dst`.
+                    unsafe { dst.add(at) }
+                };
+                // SAFETY: every source slice lies inside its rank's slot; `out` as above.
+                unsafe {
+                    R::reduce::<A, _>(
+                        Coop::block(),
+                        out,
+                        |p| self.slot_ptr(call, p, region, slot).wrapping_add(offset) as *const u8,
+                        call.world(),
+                        len as u64,
+                        self.smem,
+                    )
+                };
+                let announce = post == SignalKind::Gather
+                    || epoch::must_post_consumed(i, g.chunks(total), g.slots);
+                if announce && call.arrive(call.counter(Counter::Reduce, 0, slot), set) {
+                    call.post_to(Ranks::All, post, flag);
+                }
+            }
+        }
+        Ok(())
+    }
+}

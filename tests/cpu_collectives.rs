@@ -1,0 +1,736 @@
+//! The seven collectives on the CPU emulation (`purlin_device::emulation`): the same device
+//! code as on a GPU, one thread per (rank, block).
+//!
+//! Small staging halves, latency windows and chunks make every regime show up at small sizes:
+//! sizes of 0, 1 element, odd, just below and above the latency threshold and the staging half,
+//! and several halves (cyclic staging). Reductions must equal the f32 rank-order reference bit
+//! for bit and an f64 reference within the type's tolerance. Outputs are poisoned before every
+//! run; inputs are fresh random values (seed printed; `PURLIN_TEST_SEED` replays).
+
+use purlin_device::element::DataType;
+use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
+use purlin_device::op::ReduceOpKind;
+use purlin_device::snac::{Algorithm, CollectiveKind, Plan};
+use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
+use rand::RngExt;
+use rand::rngs::SmallRng;
+use std::time::{Duration, Instant};
+
+const WORLDS: [u32; 7] = [1, 2, 3, 4, 5, 8, 16];
+/// Staging half: cyclic staging from a few KiB.
+const HALF: u64 = 4096;
+/// Latency window: one-shot holds 1 KiB, two-shot 512 B per shard.
+const WINDOW: u64 = 2048;
+/// AllReduce latency threshold of the test plan.
+const THRESHOLD: u64 = 512;
+
+fn communicator(world: u32) -> Communicator {
+    Communicator::builder(world)
+        .staging_half_bytes(HALF)
+        .latency_window_bytes(WINDOW)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+fn plan() -> Plan {
+    Plan {
+        put_blocks: 1,
+        chunk_bytes: 512,
+        latency_threshold: THRESHOLD,
+        two_shot_min_bytes: 256,
+        two_shot_min_world: 3,
+        ..Plan::DEFAULT
+    }
+}
+
+/// Sizes in bytes for elements of `size` bytes: 0, 1 element, odd, around the latency
+/// threshold, around the staging half, and past several halves.
+fn sizes(size: u64) -> [u64; 8] {
+    let below = |b: u64| (b / size - 1) * size;
+    let above = |b: u64| (b / size + 1) * size;
+    [
+        0,
+        size,
+        7 * size,
+        below(THRESHOLD),
+        above(THRESHOLD),
+        below(HALF),
+        above(HALF),
+        3 * HALF + 5 * size,
+    ]
+}
+
+fn buffers(contents: &[Vec<u8>]) -> Vec<Buffer> {
+    contents.iter().map(|c| Buffer::from_slice(c)).collect()
+}
+
+fn poisoned(world: u32, bytes: usize) -> Vec<Buffer> {
+    (0..world)
+        .map(|_| {
+            let b = Buffer::zeroed(bytes);
+            b.fill(POISON);
+            b
+        })
+        .collect()
+}
+
+fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
+    (0..n).map(|_| rng.random::<u8>()).collect()
+}
+
+/// Checks a reduced output against both references.
+fn check_reduced(what: &str, dtype: DataType, op: ReduceOpKind, srcs: &[&[u8]], got: &[u8]) {
+    let want = reference_f32(dtype, op, srcs);
+    if want != got {
+        let size = dtype.size();
+        let first = (0..want.len() / size)
+            .find(|i| want[i * size..(i + 1) * size] != got[i * size..(i + 1) * size]);
+        panic!("{what}: not bit-exact with the f32 rank-order reference (first element {first:?})");
+    }
+    assert_eq!(
+        count_wrong_f64(dtype, op, srcs, got),
+        0,
+        "{what}: outside the f64 tolerance"
+    );
+}
+
+/// Runs an AllReduce and checks every rank.
+fn all_reduce_case(comm: &Communicator, rng: &mut SmallRng, launch: Launch) {
+    let world = comm.world();
+    let inputs: Vec<Vec<u8>> = (0..world)
+        .map(|_| {
+            random_elements(
+                rng,
+                launch.dtype,
+                launch.op,
+                launch.bytes as usize / launch.dtype.size(),
+            )
+        })
+        .collect();
+    let (src, dst) = (buffers(&inputs), poisoned(world, launch.bytes as usize));
+    comm.run(&launch, &src, &dst, None)
+        .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
+    let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+    for (r, d) in dst.iter().enumerate() {
+        check_reduced(
+            &format!("all_reduce world {world} rank {r} {launch:?}"),
+            launch.dtype,
+            launch.op,
+            &srcs,
+            d.bytes(),
+        );
+    }
+}
+
+#[test]
+fn all_reduce_matrix() {
+    let mut rng = fresh_rng("all_reduce_matrix");
+    let mut runs = 0;
+    let start = Instant::now();
+    for world in WORLDS {
+        let comm = communicator(world);
+        for dtype in DataType::ALL {
+            for op in ReduceOpKind::ALL {
+                for (i, bytes) in sizes(dtype.size() as u64).into_iter().enumerate() {
+                    let mut launch = Launch::new(CollectiveKind::AllReduce, bytes).typed(dtype, op);
+                    launch.plan = plan();
+                    launch.blocks = 1 + (i as u32 % 3);
+                    all_reduce_case(&comm, &mut rng, launch);
+                    runs += 1;
+                }
+            }
+        }
+    }
+    eprintln!("all_reduce_matrix: {runs} runs in {:?}", start.elapsed());
+}
+
+/// Every algorithm (one-shot, two-shot, both throughput paths), block count and chunk size
+/// gives the same bits, on one input.
+#[test]
+fn all_reduce_is_deterministic_across_plans() {
+    let mut rng = fresh_rng("all_reduce_is_deterministic_across_plans");
+    for world in [2, 3, 4, 8] {
+        let comm = communicator(world);
+        for dtype in DataType::ALL {
+            let bytes = (600 / dtype.size() as u64) * dtype.size() as u64;
+            let inputs: Vec<Vec<u8>> = (0..world)
+                .map(|_| {
+                    random_elements(
+                        &mut rng,
+                        dtype,
+                        ReduceOpKind::Sum,
+                        bytes as usize / dtype.size(),
+                    )
+                })
+                .collect();
+            let src = buffers(&inputs);
+            let mut results: Vec<Vec<u8>> = Vec::new();
+            for (algorithm, blocks, chunk) in [
+                (Algorithm::OneShot, 1, 512),
+                (Algorithm::OneShot, 4, 512),
+                (Algorithm::TwoShot, 2, 512),
+                (Algorithm::TwoShot, 3, 512),
+                (Algorithm::Throughput, 2, 16),
+                (Algorithm::Throughput, 3, 64),
+                (Algorithm::Throughput, 5, 4096),
+                (Algorithm::Throughput, 1, 128),
+            ] {
+                let mut launch =
+                    Launch::new(CollectiveKind::AllReduce, bytes).typed(dtype, ReduceOpKind::Sum);
+                launch.plan = Plan {
+                    algorithm: algorithm as u32,
+                    chunk_bytes: chunk,
+                    ..plan()
+                };
+                launch.blocks = blocks;
+                let dst = poisoned(world, bytes as usize);
+                comm.run(&launch, &src, &dst, None).unwrap();
+                for d in &dst {
+                    results.push(d.bytes().to_vec());
+                }
+            }
+            assert!(
+                results.windows(2).all(|w| w[0] == w[1]),
+                "world {world} {dtype:?}: results differ across plans"
+            );
+            let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+            assert_eq!(results[0], reference_f32(dtype, ReduceOpKind::Sum, &srcs));
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_matrix() {
+    let mut rng = fresh_rng("reduce_scatter_matrix");
+    let mut runs = 0;
+    let start = Instant::now();
+    for world in WORLDS {
+        let comm = communicator(world);
+        for dtype in DataType::ALL {
+            for op in ReduceOpKind::ALL {
+                // Per-rank output sizes; the input is `world` times larger.
+                for (i, bytes) in sizes(dtype.size() as u64).into_iter().take(7).enumerate() {
+                    let mut launch =
+                        Launch::new(CollectiveKind::ReduceScatter, bytes).typed(dtype, op);
+                    launch.plan = plan();
+                    launch.blocks = 1 + (i as u32 % 3);
+                    let n = bytes as usize;
+                    let inputs: Vec<Vec<u8>> = (0..world)
+                        .map(|_| {
+                            random_elements(&mut rng, dtype, op, world as usize * n / dtype.size())
+                        })
+                        .collect();
+                    let (src, dst) = (buffers(&inputs), poisoned(world, n));
+                    comm.run(&launch, &src, &dst, None)
+                        .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
+                    for (r, d) in dst.iter().enumerate() {
+                        let parts: Vec<&[u8]> =
+                            inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
+                        check_reduced(
+                            &format!("reduce_scatter world {world} rank {r} {launch:?}"),
+                            dtype,
+                            op,
+                            &parts,
+                            d.bytes(),
+                        );
+                    }
+                    runs += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "reduce_scatter_matrix: {runs} runs in {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn all_gather_matrix() {
+    let mut rng = fresh_rng("all_gather_matrix");
+    let mut runs = 0;
+    for world in WORLDS {
+        let comm = communicator(world);
+        for size in [1u64, 2, 4] {
+            for (i, bytes) in sizes(size).into_iter().enumerate() {
+                let n = bytes as usize;
+                let mut launch = Launch::new(CollectiveKind::AllGather, bytes);
+                launch.plan = plan();
+                launch.blocks = 1 + (i as u32 % 4);
+                let inputs: Vec<Vec<u8>> = (0..world).map(|_| random_bytes(&mut rng, n)).collect();
+                let (src, dst) = (buffers(&inputs), poisoned(world, world as usize * n));
+                comm.run(&launch, &src, &dst, None)
+                    .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
+                let want = inputs.concat();
+                for (r, d) in dst.iter().enumerate() {
+                    assert!(
+                        d.bytes() == want.as_slice(),
+                        "all_gather world {world} rank {r} {launch:?}"
+                    );
+                }
+                runs += 1;
+            }
+        }
+    }
+    eprintln!("all_gather_matrix: {runs} runs");
+}
+
+#[test]
+fn all_gather_in_place() {
+    let mut rng = fresh_rng("all_gather_in_place");
+    for world in [2, 3, 5] {
+        let comm = communicator(world);
+        for bytes in [12u64, 1000, 5000] {
+            let n = bytes as usize;
+            let inputs: Vec<Vec<u8>> = (0..world).map(|_| random_bytes(&mut rng, n)).collect();
+            let dst = poisoned(world, world as usize * n);
+            for (r, d) in dst.iter().enumerate() {
+                let mut all = d.bytes().to_vec();
+                all[r * n..(r + 1) * n].copy_from_slice(&inputs[r]);
+                d.write(&all);
+            }
+            let mut launch = Launch::new(CollectiveKind::AllGather, bytes);
+            launch.plan = plan();
+            comm.launch(launch.blocks, None, |rank, block, ctx, smem| {
+                let d = &dst[rank as usize];
+                // SAFETY: src is part `rank` of dst, as in-place AllGather allows.
+                let src = unsafe { d.as_ptr().add(rank as usize * n) };
+                let mut args =
+                    purlin_device::snac::SnacArgs::new(d.as_mut_ptr(), src, bytes, launch.blocks);
+                (args.block, args.smem, args.plan) = (block, smem, launch.plan);
+                // SAFETY: live buffers of the sizes AllGather needs.
+                unsafe {
+                    purlin_device::collective::all_gather::<
+                        purlin_device::atom::Host,
+                        purlin_device::snac::Runtime,
+                    >(args, ctx)
+                };
+            })
+            .unwrap();
+            let want = inputs.concat();
+            for d in &dst {
+                assert!(
+                    d.bytes() == want.as_slice(),
+                    "in-place all_gather world {world} bytes {bytes}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn all_to_all_matrix() {
+    let mut rng = fresh_rng("all_to_all_matrix");
+    let mut runs = 0;
+    for world in WORLDS {
+        let comm = communicator(world);
+        for size in [1u64, 4] {
+            for (i, bytes) in sizes(size).into_iter().take(7).enumerate() {
+                let n = bytes as usize;
+                let w = world as usize;
+                let mut launch = Launch::new(CollectiveKind::AllToAll, bytes);
+                launch.plan = plan();
+                launch.blocks = 1 + (i as u32 % 4);
+                let inputs: Vec<Vec<u8>> =
+                    (0..world).map(|_| random_bytes(&mut rng, w * n)).collect();
+                let (src, dst) = (buffers(&inputs), poisoned(world, w * n));
+                comm.run(&launch, &src, &dst, None)
+                    .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
+                for (r, d) in dst.iter().enumerate() {
+                    let want: Vec<u8> = (0..w)
+                        .flat_map(|p| inputs[p][r * n..(r + 1) * n].to_vec())
+                        .collect();
+                    assert!(
+                        d.bytes() == want.as_slice(),
+                        "all_to_all world {world} rank {r} {launch:?}"
+                    );
+                }
+                runs += 1;
+            }
+        }
+    }
+    eprintln!("all_to_all_matrix: {runs} runs");
+}
+
+/// Random counts with zeros and heavy skew: mostly small, some zero, one rank (sometimes) far
+/// larger than the rest, sometimes all zero.
+fn skewed_counts(rng: &mut SmallRng, n: usize, big: u64) -> Vec<u64> {
+    let mut counts: Vec<u64> = (0..n)
+        .map(|_| match rng.random_range(0..4) {
+            0 => 0,
+            1 => rng.random_range(1..4),
+            _ => rng.random_range(0..big / 8 + 1),
+        })
+        .collect();
+    match rng.random_range(0..6) {
+        0 => counts.iter_mut().for_each(|c| *c = 0),
+        1 | 2 => {
+            let at = rng.random_range(0..n);
+            counts[at] = big + rng.random_range(0..big);
+        }
+        _ => {}
+    }
+    counts
+}
+
+fn counts_buffers(world: u32, counts: &[u64]) -> Vec<Buffer> {
+    (0..world).map(|_| Buffer::from_slice(counts)).collect()
+}
+
+#[test]
+fn all_gather_v_matrix() {
+    let mut rng = fresh_rng("all_gather_v_matrix");
+    let mut runs = 0;
+    for world in WORLDS {
+        let comm = communicator(world);
+        for case in 0..12u32 {
+            let elem = [1u32, 2, 4][case as usize % 3];
+            let counts = skewed_counts(&mut rng, world as usize, 3 * HALF / elem as u64);
+            let inputs: Vec<Vec<u8>> = counts
+                .iter()
+                .map(|&c| random_bytes(&mut rng, (c * elem as u64) as usize))
+                .collect();
+            let total: usize = inputs.iter().map(Vec::len).sum();
+            let mut launch = Launch::new(CollectiveKind::AllGatherV, 0);
+            (launch.plan, launch.elem_bytes, launch.blocks) = (plan(), elem, 1 + case % 4);
+            let (src, dst) = (buffers(&inputs), poisoned(world, total));
+            comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
+                .unwrap_or_else(|e| panic!("{counts:?}: {e}"));
+            let want = inputs.concat();
+            for (r, d) in dst.iter().enumerate() {
+                assert!(
+                    d.bytes() == want.as_slice(),
+                    "all_gather_v world {world} rank {r} counts {counts:?}"
+                );
+            }
+            runs += 1;
+        }
+    }
+    eprintln!("all_gather_v_matrix: {runs} runs");
+}
+
+#[test]
+fn reduce_scatter_v_matrix() {
+    let mut rng = fresh_rng("reduce_scatter_v_matrix");
+    let mut runs = 0;
+    for world in WORLDS {
+        let comm = communicator(world);
+        for dtype in DataType::ALL {
+            for op in ReduceOpKind::ALL {
+                let size = dtype.size();
+                let counts = skewed_counts(&mut rng, world as usize, 2 * HALF / size as u64);
+                let total: u64 = counts.iter().sum();
+                let offsets: Vec<usize> = counts
+                    .iter()
+                    .scan(0usize, |at, &c| {
+                        Some(std::mem::replace(at, *at + c as usize * size))
+                    })
+                    .collect();
+                let inputs: Vec<Vec<u8>> = (0..world)
+                    .map(|_| random_elements(&mut rng, dtype, op, total as usize))
+                    .collect();
+                let mut launch = Launch::new(CollectiveKind::ReduceScatterV, 0).typed(dtype, op);
+                (launch.plan, launch.blocks) = (plan(), 1 + runs % 4);
+                let src = buffers(&inputs);
+                let dst: Vec<Buffer> = counts
+                    .iter()
+                    .map(|&c| {
+                        let b = Buffer::zeroed(c as usize * size);
+                        b.fill(POISON);
+                        b
+                    })
+                    .collect();
+                comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
+                    .unwrap_or_else(|e| panic!("{counts:?} {launch:?}: {e}"));
+                for (r, d) in dst.iter().enumerate() {
+                    let (at, n) = (offsets[r], counts[r] as usize * size);
+                    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[at..at + n]).collect();
+                    if n > 0 {
+                        check_reduced(
+                            &format!("reduce_scatter_v world {world} rank {r} {counts:?}"),
+                            dtype,
+                            op,
+                            &parts,
+                            d.bytes(),
+                        );
+                    }
+                }
+                runs += 1;
+            }
+        }
+    }
+    eprintln!("reduce_scatter_v_matrix: {runs} runs");
+}
+
+/// A random AllToAllV exchange: `m[p][q]` elements go from `p` to `q`.
+fn a2av_case(comm: &Communicator, rng: &mut SmallRng, elem: u32, blocks: u32, m: &[Vec<u64>]) {
+    let world = comm.world();
+    let w = world as usize;
+    let e = elem as usize;
+    let inputs: Vec<Vec<u8>> = (0..w)
+        .map(|p| random_bytes(rng, m[p].iter().sum::<u64>() as usize * e))
+        .collect();
+    let send_at = |p: usize, q: usize| m[p][..q].iter().sum::<u64>() as usize * e;
+    let recv_total = |q: usize| (0..w).map(|p| m[p][q]).sum::<u64>() as usize * e;
+    let counts: Vec<Buffer> = (0..w)
+        .map(|r| {
+            let mut c: Vec<u64> = m[r].clone();
+            c.extend((0..w).map(|p| m[p][r]));
+            Buffer::from_slice(&c)
+        })
+        .collect();
+    let src = buffers(&inputs);
+    let dst: Vec<Buffer> = (0..w)
+        .map(|q| {
+            let b = Buffer::zeroed(recv_total(q));
+            b.fill(POISON);
+            b
+        })
+        .collect();
+    let mut launch = Launch::new(CollectiveKind::AllToAllV, 0);
+    (launch.plan, launch.elem_bytes, launch.blocks) = (plan(), elem, blocks);
+    comm.run(&launch, &src, &dst, Some(&counts))
+        .unwrap_or_else(|err| panic!("{m:?}: {err}"));
+    for (q, d) in dst.iter().enumerate() {
+        let want: Vec<u8> = (0..w)
+            .flat_map(|p| inputs[p][send_at(p, q)..send_at(p, q) + m[p][q] as usize * e].to_vec())
+            .collect();
+        assert!(
+            d.bytes() == want.as_slice(),
+            "all_to_all_v world {world} rank {q} matrix {m:?}"
+        );
+    }
+}
+
+#[test]
+fn all_to_all_v_matrix() {
+    let mut rng = fresh_rng("all_to_all_v_matrix");
+    let mut runs = 0;
+    for world in WORLDS {
+        let comm = communicator(world);
+        for case in 0..10u32 {
+            let elem = [1u32, 4][case as usize % 2];
+            let m: Vec<Vec<u64>> = (0..world)
+                .map(|_| {
+                    skewed_counts(
+                        &mut rng,
+                        world as usize,
+                        2 * HALF / world as u64 / elem as u64,
+                    )
+                })
+                .collect();
+            a2av_case(&comm, &mut rng, elem, 1 + case % 4, &m);
+            runs += 1;
+        }
+    }
+    eprintln!("all_to_all_v_matrix: {runs} runs");
+}
+
+/// 1000 calls on one communicator, collectives and sizes changing every call: epochs, parity,
+/// cyclic slots and latency windows carry over from call to call.
+#[test]
+fn thousand_back_to_back_calls() {
+    let mut rng = fresh_rng("thousand_back_to_back_calls");
+    let world = 4;
+    let comm = communicator(world);
+    let w = world as usize;
+    for call in 0..1000 {
+        let kind = CollectiveKind::ALL[rng.random_range(0..7)];
+        let dtype = DataType::ALL[rng.random_range(0..5)];
+        let op = ReduceOpKind::ALL[rng.random_range(0..4)];
+        let size = dtype.size() as u64;
+        let elems = match rng.random_range(0..4) {
+            0 => rng.random_range(0..8),
+            1 => rng.random_range(0..THRESHOLD / size + 8),
+            _ => rng.random_range(0..3 * HALF / size),
+        };
+        let bytes = elems * size;
+        let blocks = rng.random_range(1..5);
+        let mut launch = Launch::new(kind, bytes).typed(dtype, op);
+        (launch.plan, launch.blocks, launch.elem_bytes) = (plan(), blocks, size as u32);
+        if rng.random_range(0..4) == 0 {
+            launch.plan.chunk_bytes = 16 * rng.random_range(1..64);
+        }
+        match kind {
+            CollectiveKind::AllReduce => all_reduce_case(&comm, &mut rng, launch),
+            CollectiveKind::AllGather | CollectiveKind::AllToAll => {
+                let (n, parts_in) = (
+                    bytes as usize,
+                    if kind == CollectiveKind::AllToAll {
+                        w
+                    } else {
+                        1
+                    },
+                );
+                let inputs: Vec<Vec<u8>> = (0..w)
+                    .map(|_| random_bytes(&mut rng, parts_in * n))
+                    .collect();
+                let (src, dst) = (buffers(&inputs), poisoned(world, w * n));
+                comm.run(&launch, &src, &dst, None)
+                    .unwrap_or_else(|e| panic!("call {call} {launch:?}: {e}"));
+                for (r, d) in dst.iter().enumerate() {
+                    let want: Vec<u8> = if kind == CollectiveKind::AllGather {
+                        inputs.concat()
+                    } else {
+                        (0..w)
+                            .flat_map(|p| inputs[p][r * n..(r + 1) * n].to_vec())
+                            .collect()
+                    };
+                    assert!(
+                        d.bytes() == want.as_slice(),
+                        "call {call}: {launch:?} rank {r}"
+                    );
+                }
+            }
+            CollectiveKind::ReduceScatter => {
+                let n = bytes as usize;
+                let inputs: Vec<Vec<u8>> = (0..w)
+                    .map(|_| random_elements(&mut rng, dtype, op, w * n / size as usize))
+                    .collect();
+                let (src, dst) = (buffers(&inputs), poisoned(world, n));
+                comm.run(&launch, &src, &dst, None)
+                    .unwrap_or_else(|e| panic!("call {call} {launch:?}: {e}"));
+                for (r, d) in dst.iter().enumerate() {
+                    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
+                    check_reduced(
+                        &format!("call {call} rank {r} {launch:?}"),
+                        dtype,
+                        op,
+                        &parts,
+                        d.bytes(),
+                    );
+                }
+            }
+            CollectiveKind::AllGatherV => {
+                let counts = skewed_counts(&mut rng, w, HALF);
+                let inputs: Vec<Vec<u8>> = counts
+                    .iter()
+                    .map(|&c| random_bytes(&mut rng, (c * size) as usize))
+                    .collect();
+                let total: usize = inputs.iter().map(Vec::len).sum();
+                let (src, dst) = (buffers(&inputs), poisoned(world, total));
+                comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
+                    .unwrap_or_else(|e| panic!("call {call}: {e}"));
+                let want = inputs.concat();
+                assert!(
+                    dst.iter().all(|d| d.bytes() == want.as_slice()),
+                    "call {call}: all_gather_v {counts:?}"
+                );
+            }
+            CollectiveKind::ReduceScatterV => {
+                let counts = skewed_counts(&mut rng, w, HALF / size);
+                let s = size as usize;
+                let total: u64 = counts.iter().sum();
+                let inputs: Vec<Vec<u8>> = (0..w)
+                    .map(|_| random_elements(&mut rng, dtype, op, total as usize))
+                    .collect();
+                let src = buffers(&inputs);
+                let dst: Vec<Buffer> = counts
+                    .iter()
+                    .map(|&c| Buffer::zeroed(c as usize * s))
+                    .collect();
+                comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
+                    .unwrap_or_else(|e| panic!("call {call}: {e}"));
+                let mut at = 0;
+                for (r, d) in dst.iter().enumerate() {
+                    let n = counts[r] as usize * s;
+                    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[at..at + n]).collect();
+                    if n > 0 {
+                        check_reduced(
+                            &format!("call {call} rank {r} rsv {counts:?}"),
+                            dtype,
+                            op,
+                            &parts,
+                            d.bytes(),
+                        );
+                    }
+                    at += n;
+                }
+            }
+            CollectiveKind::AllToAllV => {
+                let m: Vec<Vec<u64>> = (0..w)
+                    .map(|_| skewed_counts(&mut rng, w, HALF / 2))
+                    .collect();
+                a2av_case(&comm, &mut rng, 1, blocks, &m);
+            }
+        }
+    }
+}
+
+/// A rank that never joins: every other rank times out and names it; nothing hangs.
+#[test]
+fn a_rank_that_never_joins_is_named() {
+    let world = 4;
+    let absent = 2;
+    for kind in CollectiveKind::ALL {
+        for bytes in [64u64, 3 * HALF] {
+            let comm = Communicator::builder(world)
+                .staging_half_bytes(HALF)
+                .latency_window_bytes(WINDOW)
+                .timeout(Duration::from_millis(200))
+                .build()
+                .unwrap();
+            let w = world as usize;
+            let n = bytes as usize;
+            let src: Vec<Buffer> = (0..w).map(|_| Buffer::zeroed(w * n)).collect();
+            let dst: Vec<Buffer> = (0..w).map(|_| Buffer::zeroed(w * n)).collect();
+            let counts: Vec<Buffer> = (0..w)
+                .map(|_| Buffer::from_slice(&vec![bytes / 4; 2 * w]))
+                .collect();
+            let mut launch = Launch::new(kind, bytes);
+            (launch.plan, launch.absent, launch.blocks) = (plan(), Some(absent), 3);
+            let started = Instant::now();
+            let err = comm
+                .run(&launch, &src, &dst, Some(&counts))
+                .expect_err("a missing rank must fail the call");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{kind:?}: took {:?}",
+                started.elapsed()
+            );
+            let EmulationError::Faults(faults) = &err else {
+                panic!("{kind:?}: unexpected {err}")
+            };
+            assert_eq!(
+                faults.len(),
+                w - 1,
+                "{kind:?} {bytes}: every present rank faults: {err}"
+            );
+            for f in faults {
+                assert_eq!(f.collective, kind);
+                assert_eq!(
+                    (f.peer, f.peer_missing),
+                    (absent, true),
+                    "{kind:?} {bytes}: {f}"
+                );
+                assert!(
+                    f.to_string()
+                        .contains(&format!("rank {absent} never joined")),
+                    "{f}"
+                );
+            }
+        }
+    }
+}
+
+/// Bad arguments are a fault, not a hang or a crash.
+#[test]
+fn invalid_arguments_fault() {
+    let comm = communicator(2);
+    let src = poisoned(2, 64);
+    let dst = poisoned(2, 64);
+    // 6 bytes is not a whole number of f32.
+    let launch = Launch::new(CollectiveKind::AllReduce, 6).typed(DataType::F32, ReduceOpKind::Sum);
+    let err = comm
+        .run(&launch, &src, &dst, None)
+        .expect_err("6 bytes of f32");
+    let EmulationError::Faults(faults) = err else {
+        panic!("{err}")
+    };
+    assert!(
+        faults
+            .iter()
+            .all(|f| f.kind == purlin_device::snac::FaultKind::InvalidArgument)
+    );
+}
