@@ -120,6 +120,79 @@ pub enum Error {
     /// A launch shape the kernel cannot run with.
     #[error("invalid launch: {0}")]
     InvalidLaunch(String),
+    /// Workspace requirements that cannot be met or make no sense.
+    #[error("invalid workspace requirements: {what} {reason}")]
+    InvalidRequirements {
+        /// Which requirement.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An argument out of its range that no other variant names.
+    #[error("invalid argument {what}: {reason}")]
+    InvalidArgument {
+        /// Which argument.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An object belongs to another device than the one the call runs on.
+    #[error("{what} is on {found}, but the call runs on {expected}")]
+    WrongDevice {
+        /// Which object.
+        what: &'static str,
+        /// Where the call runs (e.g. `GPU 0`, `host memory`).
+        expected: String,
+        /// Where the object is.
+        found: String,
+    },
+    /// The bootstrap (the exchange between ranks) failed.
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(String),
+    /// Another rank failed a step that every rank takes together (so this one stops too).
+    #[error("rank {rank} failed during {step}: every rank stops")]
+    PeerFailed {
+        /// The first rank that reported a failure.
+        rank: u32,
+        /// The collective step (`workspace allocation`, `peer mapping`, ...).
+        step: &'static str,
+    },
+    /// A wait for another rank ran out of time (a rank that never arrives is an error, never a
+    /// hang). Decoded from the fault record a kernel leaves, or raised by a host-side wait.
+    #[error("{collective} timed out on rank {rank} waiting for rank {peer} (epoch {epoch})")]
+    Timeout {
+        /// The operation that was waiting (`all_gather`, `p2p wait`, ...).
+        collective: &'static str,
+        /// The rank that gave up.
+        rank: u32,
+        /// The rank it was waiting for.
+        peer: u32,
+        /// The epoch (or signal value) it waited for.
+        epoch: u64,
+    },
+    /// A kernel refused its arguments and recorded so in the fault record (the host checks
+    /// should have caught it: please report).
+    #[error("{collective} on rank {rank} refused its arguments: {detail}")]
+    KernelRejected {
+        /// The collective.
+        collective: &'static str,
+        /// The rank.
+        rank: u32,
+        /// The decoded fault.
+        detail: String,
+    },
+    /// The context faulted earlier (a timeout); its protocol state is no longer consistent
+    /// across ranks, so it refuses new work. Finalize it and make a new one.
+    #[error("the context of rank {rank} faulted earlier and cannot be used: {reason}")]
+    Poisoned {
+        /// The rank.
+        rank: u32,
+        /// The first fault.
+        reason: String,
+    },
+    /// The operation is not available in this configuration.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
 }
 
 /// `Result` with [`Error`].

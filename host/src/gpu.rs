@@ -2,6 +2,7 @@
 //! loaded once per (device, architecture) and shared by every handle.
 
 use crate::error::{Error, Result};
+use crate::launch::DeviceLimits;
 use crate::ptx::{self, Arch};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -23,6 +24,7 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     compute_capability: u32,
     sm_count: u32,
+    limits: DeviceLimits,
     name: String,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
@@ -57,6 +59,29 @@ impl Gpu {
     /// architecture newer than the device is refused.
     pub fn open_arch(ordinal: usize, arch: Arch) -> Result<Arc<Gpu>> {
         Self::open_with(ordinal, Some(arch))
+    }
+
+    /// GPU `ordinal` with the PTX of the architecture chosen at compile time by the original's
+    /// `ARCH` template value: 700, 800, 900 or 1000 (any other value does not compile); an
+    /// architecture newer than the device is refused with [`Error::ArchUnsupported`].
+    ///
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open_for::<800>(0)?; // the Sm80 datapath, even on a Hopper
+    /// assert_eq!(gpu.arch(), purlin::ptx::Arch::Sm80);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    ///
+    /// ```compile_fail
+    /// let gpu = purlin::Gpu::open_for::<750>(0);
+    /// ```
+    pub fn open_for<const ARCH: u32>(ordinal: usize) -> Result<Arc<Gpu>> {
+        let arch = const {
+            match crate::launch::arch_from_code(ARCH) {
+                Some(a) => a,
+                None => panic!("ARCH must be 700, 800, 900 or 1000"),
+            }
+        };
+        Self::open_arch(ordinal, arch)
     }
 
     fn open_with(ordinal: usize, arch: Option<Arch>) -> Result<Arc<Gpu>> {
@@ -98,8 +123,18 @@ impl Gpu {
         let sm_count = context.attribute(
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
         )? as u32;
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let limits = DeviceLimits {
+            max_threads_per_block: context.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?
+                as u32,
+            max_smem_per_block: context
+                .attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as u32,
+            max_blocks: context.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)? as u32,
+        };
         let gpu = Arc::new(Gpu {
             ordinal,
+            limits,
             name: context.name()?,
             context,
             arch,
@@ -136,6 +171,17 @@ impl Gpu {
     /// Streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
         self.sm_count
+    }
+
+    /// The launch limits of the device.
+    ///
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// println!("{} B of shared memory per block", gpu.limits().max_smem_per_block);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn limits(&self) -> DeviceLimits {
+        self.limits
     }
 
     /// The device name.

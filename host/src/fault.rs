@@ -1,0 +1,65 @@
+//! The fault record a kernel leaves in the local state
+//! ([`LocalState::FAULT`](purlin_device::context::LocalState::FAULT)) when a bounded wait runs
+//! out (or it refuses its arguments), and its decoding into the host's [`Error`]. The format
+//! is SNAC's ([`purlin_device::snac::FaultRecord`]); this module only maps it.
+//!
+//! ```
+//! use purlin::fault::{decode_fault_record, fault_error};
+//! let mut bytes = [0u8; 64];
+//! bytes[0] = 1; // one block faulted
+//! bytes[4] = 1; // FaultKind::Timeout
+//! bytes[8] = 2; // CollectiveKind::AllGather
+//! bytes[12] = 1; // on rank 1
+//! bytes[16] = 3; // waiting for rank 3
+//! bytes[32] = 9; // epoch 9
+//! let fault = decode_fault_record(&bytes).unwrap();
+//! assert!(matches!(
+//!     fault_error(&fault),
+//!     purlin::Error::Timeout { collective: "all_gather", rank: 1, peer: 3, epoch: 9 }
+//! ));
+//! assert!(decode_fault_record(&[0; 64]).is_none());
+//! ```
+
+use crate::error::Error;
+use purlin_device::context::LocalState;
+
+pub use purlin_device::snac::{CollectiveKind, Fault, FaultKind, FaultRecord, SignalKind};
+
+/// Bytes of the fault record.
+pub const FAULT_BYTES: usize = LocalState::FAULT_BYTES;
+
+/// Decodes a fault record; `None` when no block has faulted.
+///
+/// ```
+/// assert!(purlin::fault::decode_fault_record(&[0; 64]).is_none());
+/// ```
+pub fn decode_fault_record(bytes: &[u8; FAULT_BYTES]) -> Option<Fault> {
+    Fault::decode(bytes)
+}
+
+/// The error the host returns for a fault: [`Error::Timeout`] for a wait that ran out,
+/// [`Error::KernelRejected`] for arguments a kernel refused.
+///
+/// ```
+/// use purlin::fault::{Fault, FaultKind, CollectiveKind, SignalKind, fault_error};
+/// let f = Fault {
+///     kind: FaultKind::InvalidArgument, collective: CollectiveKind::AllToAll, rank: 0, peer: 0,
+///     peer_missing: false, block: 3, signal: SignalKind::None, epoch: 0, awaited: 0, observed: 0, count: 1,
+/// };
+/// assert!(matches!(fault_error(&f), purlin::Error::KernelRejected { collective: "all_to_all", .. }));
+/// ```
+pub fn fault_error(fault: &Fault) -> Error {
+    match fault.kind {
+        FaultKind::Timeout => Error::Timeout {
+            collective: fault.collective.name(),
+            rank: fault.rank,
+            peer: fault.peer,
+            epoch: fault.epoch,
+        },
+        FaultKind::InvalidArgument => Error::KernelRejected {
+            collective: fault.collective.name(),
+            rank: fault.rank,
+            detail: fault.to_string(),
+        },
+    }
+}
