@@ -1,0 +1,159 @@
+//! Table files: one row per line, `key=value` pairs, `#` comments. What the tuner writes and
+//! the host reads from `PURLIN_TUNING=path`.
+//!
+//! ```text
+//! # arch world collective max_bytes blocks threads put_blocks chunk_bytes latency_threshold two_shot_min_bytes two_shot_min_world algorithm
+//! arch=90 world=8 collective=all_reduce max_bytes=65536 blocks=8 threads=256 put_blocks=4 chunk_bytes=524288 latency_threshold=131072 two_shot_min_bytes=65536 two_shot_min_world=4 algorithm=auto
+//! ```
+
+use super::{Algorithm, CollectiveKind, Plan, Row, Table};
+use std::fmt::Write as _;
+use std::string::{String, ToString};
+use std::vec::Vec;
+
+/// A table file line that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What was wrong.
+    pub reason: String,
+}
+
+impl core::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "tuning table line {}: {}", self.line, self.reason)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// The file name of a collective (`all_reduce`, `all_gather_v`, ...).
+pub fn collective_name(c: CollectiveKind) -> &'static str {
+    match c {
+        CollectiveKind::AllReduce => "all_reduce",
+        CollectiveKind::AllGather => "all_gather",
+        CollectiveKind::ReduceScatter => "reduce_scatter",
+        CollectiveKind::AllToAll => "all_to_all",
+        CollectiveKind::AllGatherV => "all_gather_v",
+        CollectiveKind::ReduceScatterV => "reduce_scatter_v",
+        CollectiveKind::AllToAllV => "all_to_all_v",
+    }
+}
+
+fn algorithm_name(a: Algorithm) -> &'static str {
+    match a {
+        Algorithm::Auto => "auto",
+        Algorithm::OneShot => "one_shot",
+        Algorithm::TwoShot => "two_shot",
+        Algorithm::Throughput => "throughput",
+    }
+}
+
+/// Writes rows in the file format.
+///
+/// ```
+/// use purlin_tuning::{Table, write_rows};
+/// let text = write_rows(Table::builtin().rows());
+/// let rows = Table::parse(&text).unwrap();
+/// assert_eq!(rows.as_slice(), Table::builtin().rows());
+/// ```
+pub fn write_rows(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "# purlin-tuning table: one band per line; max_bytes is the dispatch size bound (inclusive)\n",
+    );
+    for r in rows {
+        let p = &r.plan;
+        let max = if r.max_bytes == u64::MAX { "any".to_string() } else { r.max_bytes.to_string() };
+        let _ = writeln!(
+            out,
+            "arch={} world={} collective={} max_bytes={} blocks={} threads={} put_blocks={} chunk_bytes={} latency_threshold={} two_shot_min_bytes={} two_shot_min_world={} algorithm={}",
+            r.arch,
+            r.world,
+            collective_name(r.collective),
+            max,
+            r.blocks,
+            p.threads,
+            p.put_blocks,
+            p.chunk_bytes,
+            p.latency_threshold,
+            p.two_shot_min_bytes,
+            p.two_shot_min_world,
+            algorithm_name(p.algorithm()),
+        );
+    }
+    out
+}
+
+impl Table<'_> {
+    /// Reads a table file (see the module docs); every key is required.
+    pub fn parse(text: &str) -> Result<Vec<Row>, ParseError> {
+        let mut rows = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let err = |reason: String| ParseError { line: i + 1, reason };
+            let get = |key: &str| -> Result<&str, ParseError> {
+                line.split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, v)| v)
+                    .ok_or_else(|| err(std::format!("missing {key}")))
+            };
+            let num = |key: &str| -> Result<u64, ParseError> {
+                let v = get(key)?;
+                if v == "any" {
+                    return Ok(u64::MAX);
+                }
+                v.parse().map_err(|_| err(std::format!("{key}={v} is not a number")))
+            };
+            let collective = get("collective")?;
+            let collective = CollectiveKind::ALL
+                .into_iter()
+                .find(|c| collective_name(*c) == collective)
+                .ok_or_else(|| err(std::format!("unknown collective {collective}")))?;
+            let algorithm = get("algorithm")?;
+            let algorithm = [Algorithm::Auto, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Throughput]
+                .into_iter()
+                .find(|a| algorithm_name(*a) == algorithm)
+                .ok_or_else(|| err(std::format!("unknown algorithm {algorithm}")))?;
+            let blocks = num("blocks")? as u32;
+            if blocks == 0 || blocks as usize > purlin_device::context::MAX_BLOCKS {
+                return Err(err(std::format!("blocks={blocks} is not in 1..={}", purlin_device::context::MAX_BLOCKS)));
+            }
+            rows.push(Row {
+                arch: num("arch")? as u32,
+                world: num("world")? as u32,
+                collective,
+                max_bytes: num("max_bytes")?,
+                blocks,
+                plan: Plan {
+                    threads: num("threads")? as u32,
+                    put_blocks: num("put_blocks")? as u32,
+                    chunk_bytes: num("chunk_bytes")?,
+                    latency_threshold: num("latency_threshold")?,
+                    two_shot_min_bytes: num("two_shot_min_bytes")?,
+                    two_shot_min_world: num("two_shot_min_world")? as u32,
+                    algorithm: algorithm as u32,
+                    ..Plan::DEFAULT
+                },
+            });
+        }
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = Table::parse("# header\narch=90 world=2").unwrap_err();
+        assert_eq!(e.line, 2);
+        let e = Table::parse(&write_rows(Table::builtin().rows()).replace("blocks=8 ", "blocks=0 ")).unwrap_err();
+        assert!(e.reason.contains("blocks=0"));
+    }
+}
