@@ -734,3 +734,85 @@ fn invalid_arguments_fault() {
             .all(|f| f.kind == purlin_device::snac::FaultKind::InvalidArgument)
     );
 }
+
+/// A "fused kernel" (its own work, then the collective in the same launch, with a plan fixed
+/// at compile time) gives the same bits as the host-launched path on the same data.
+#[test]
+fn fused_and_host_launched_agree() {
+    use purlin_device::atom::Host;
+    use purlin_device::half::bf16;
+    use purlin_device::op::Sum;
+    use purlin_device::snac::{Config, SnacArgs};
+    struct Fixed;
+    impl Config for Fixed {
+        fn plan(_: &Plan) -> Plan {
+            Plan {
+                chunk_bytes: 256,
+                algorithm: Algorithm::Throughput as u32,
+                ..Plan::DEFAULT
+            }
+        }
+    }
+    let mut rng = fresh_rng("fused_and_host_launched_agree");
+    let world = 4;
+    let count = 3000;
+    let comm = communicator(world);
+    let inputs: Vec<Vec<bf16>> = (0..world)
+        .map(|_| {
+            (0..count)
+                .map(|_| bf16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect()
+        })
+        .collect();
+    // Fused: every block scales its share of the input by 0.5 in place, then all blocks reduce.
+    let fused_io: Vec<Buffer> = inputs.iter().map(|v| Buffer::from_slice(v)).collect();
+    let blocks = 3;
+    comm.launch(blocks, None, |rank, block, ctx, smem| {
+        let io = &fused_io[rank as usize];
+        let data = io.as_mut_ptr() as *mut bf16;
+        let (first, n) =
+            purlin_device::partition::even_split(count, blocks as usize, block as usize);
+        for i in first..first + n {
+            // SAFETY: this block's own share of the buffer.
+            unsafe {
+                data.add(i)
+                    .write(bf16::from_f32(data.add(i).read().to_f32() * 0.5))
+            };
+        }
+        // A grid-wide barrier, as a cooperative kernel would have, before the in-place reduce
+        // reads every share.
+        barrier(world * blocks);
+        let mut args = SnacArgs::new(io.as_mut_ptr(), io.as_ptr(), (count * 2) as u64, blocks);
+        (args.block, args.smem) = (block, smem);
+        // SAFETY: in-place AllReduce of `count` bf16.
+        unsafe { purlin_device::collective::all_reduce::<Host, Fixed, bf16, Sum>(args, ctx) };
+    })
+    .unwrap();
+    // Host-launched: pre-scaled inputs, a different plan (latency regime where it fits).
+    let scaled: Vec<Vec<bf16>> = inputs
+        .iter()
+        .map(|v| v.iter().map(|x| bf16::from_f32(x.to_f32() * 0.5)).collect())
+        .collect();
+    let src: Vec<Buffer> = scaled.iter().map(|v| Buffer::from_slice(v)).collect();
+    let dst = poisoned(world, count * 2);
+    let mut launch = Launch::new(CollectiveKind::AllReduce, (count * 2) as u64)
+        .typed(DataType::Bf16, ReduceOpKind::Sum);
+    (launch.plan, launch.blocks) = (
+        Plan {
+            chunk_bytes: 1024,
+            ..plan()
+        },
+        2,
+    );
+    comm.run(&launch, &src, &dst, None).unwrap();
+    for r in 0..world as usize {
+        assert_eq!(fused_io[r].bytes(), dst[r].bytes(), "rank {r}");
+    }
+}
+
+/// A reusable barrier for `n` threads (the emulated grid's blocks).
+fn barrier(n: u32) {
+    use std::sync::{Barrier, OnceLock};
+    static BARRIER: OnceLock<Barrier> = OnceLock::new();
+    BARRIER.get_or_init(|| Barrier::new(n as usize)).wait();
+}

@@ -10,6 +10,8 @@
 
 #[cfg(target_arch = "nvptx64")]
 mod atoms;
+#[cfg(target_arch = "nvptx64")]
+mod collectives;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -53,22 +53,18 @@ use crate::element::Element;
 use crate::layout::{
     Layout, Packed, PackedV, Scattered, ScatteredV, Split, Transposed, TransposedV,
 };
-use crate::op::ReduceOp;
+use crate::op::{ReduceOp, ReduceOpKind};
 use crate::partition::split_bytes;
-use crate::snac::latency;
-use crate::snac::staging::{Engine, NoReduction, Reducer, Reduction, Streams};
+use crate::snac::latency::{self, LatencyFn};
+use crate::snac::staging::{Engine, Get, Streams};
 use crate::snac::sync::Call;
-use crate::snac::{Algorithm, CollectiveKind, Config, Plan, SnacArgs, scratch_offset, transfer};
+use crate::snac::transfer::{self, ReduceFn};
+use crate::snac::{Algorithm, CollectiveKind, Config, Plan, SnacArgs, scratch_offset};
 use streams::{Buffers, Composed, Direct, Exchange, Gather, Scatter};
 
 /// Checks what every collective needs; records an invalid-argument fault and returns `None`
-/// if the call cannot run. Returns the plan and the number of epoch slots to keep current.
-fn check<C: Config>(
-    args: &SnacArgs,
-    ctx: &Context,
-    kind: CollectiveKind,
-    elem: u64,
-) -> Option<(Plan, u32)> {
+/// if the call cannot run. Returns the number of epoch slots to keep current.
+fn check(args: &SnacArgs, ctx: &Context, kind: CollectiveKind, elem: u64) -> Option<u32> {
     let bad_shape = ctx.world == 0
         || ctx.world as usize > MAX_RANKS
         || ctx.rank >= ctx.world
@@ -78,21 +74,40 @@ fn check<C: Config>(
     let bad_sizes = if kind.is_v() {
         args.counts.is_null() || args.elem_bytes == 0
     } else {
-        args.bytes % elem != 0
+        !args.bytes.is_multiple_of(elem)
     };
     if bad_shape || bad_sizes {
-        if ctx.state != 0 && arch_tid_is_zero() {
+        if ctx.state != 0 && crate::arch::thread_index() == 0 {
             let _ = Call::detached(*ctx, kind, args.block).invalid();
         }
         return None;
     }
-    let coll_blocks = args.coll_blocks.clamp(args.blocks, MAX_BLOCKS as u32);
-    Some((C::plan(&args.plan), coll_blocks))
+    Some(args.coll_blocks.clamp(args.blocks, MAX_BLOCKS as u32))
 }
 
-#[inline(always)]
-fn arch_tid_is_zero() -> bool {
-    crate::arch::thread_index() == 0
+/// The typed parts of a reduction, as function pointers: the collectives themselves are then
+/// compiled once per Atom rather than once per Atom, type and operator (which multiplied the
+/// PTX several times over).
+#[derive(Clone, Copy)]
+struct Typed {
+    size: u64,
+    op: ReduceOpKind,
+    reduce: ReduceFn,
+    one_shot: LatencyFn,
+    two_shot: LatencyFn,
+}
+
+impl Typed {
+    #[inline(always)]
+    fn of<A: Atom, T: Element, O: ReduceOp>() -> Self {
+        Self {
+            size: core::mem::size_of::<T>() as u64,
+            op: O::KIND,
+            reduce: transfer::reduce_bytes::<A, T, O>,
+            one_shot: latency::one_shot::<T>,
+            two_shot: latency::two_shot::<T>,
+        }
+    }
 }
 
 /// This block's share of a local copy (world 1), in whole 16-byte units.
@@ -100,7 +115,7 @@ fn arch_tid_is_zero() -> bool {
 /// # Safety
 /// Both ranges valid for `len`, not overlapping.
 unsafe fn local_copy<A: Atom>(args: &SnacArgs, dst: *mut u8, src: *const u8, len: u64) {
-    if dst as *const u8 == src {
+    if core::ptr::eq(dst, src) {
         return;
     }
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
@@ -120,22 +135,17 @@ unsafe fn local_copy<A: Atom>(args: &SnacArgs, dst: *mut u8, src: *const u8, len
 /// reduction, so world 1 gives the same bits as a reduction would.
 ///
 /// # Safety
-/// Both ranges valid for `len` bytes of `T` (they may be equal).
-unsafe fn local_reduce<A: Atom, T: Element, O: ReduceOp>(
-    args: &SnacArgs,
-    dst: *mut u8,
-    src: *const u8,
-    len: u64,
-) {
+/// Both ranges valid for `len` bytes of the reduction's type (they may be equal).
+unsafe fn local_reduce(args: &SnacArgs, typed: &Typed, dst: *mut u8, src: *const u8, len: u64) {
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
-    let size = core::mem::size_of::<T>();
-    // SAFETY: the share lies inside both ranges, at an element boundary.
+    // SAFETY: the share lies inside both ranges, at an element boundary (16-byte units hold
+    // whole elements, and so does the tail).
     unsafe {
-        transfer::reduce::<A, T, O>(
+        (typed.reduce)(
             Coop::block(),
-            dst.add(offset) as *mut T,
-            &[src.add(offset) as *const T],
-            n / size,
+            dst.add(offset),
+            &[src.add(offset)],
+            n as u64,
             args.smem,
         )
     }
@@ -145,13 +155,15 @@ unsafe fn local_reduce<A: Atom, T: Element, O: ReduceOp>(
 ///
 /// # Safety
 /// The streams describe valid buffers; every rank makes the same call.
-unsafe fn staged<A: Atom, R: Reducer, S: Streams>(
+#[inline(never)]
+unsafe fn staged<A: Atom, S: Streams>(
     args: &SnacArgs,
     ctx: Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
     streams: &S,
+    reduce: Option<ReduceFn>,
 ) {
     // SAFETY: `args.smem` holds `smem_bytes::<A>()` bytes (the entry points' contract).
     let scratch = unsafe { args.smem.add(scratch_offset::<A>() as usize) };
@@ -166,7 +178,7 @@ unsafe fn staged<A: Atom, R: Reducer, S: Streams>(
         call.post_extent(engine.local_rounds());
     }
     // SAFETY: forwarded contract.
-    let ran = unsafe { engine.run::<A, R>(&mut call, args, plan) };
+    let ran = unsafe { engine.run::<A>(&mut call, args, plan, reduce) };
     let rounds = match agreed {
         Some(len) => engine.geometry.chunks(len),
         // After a fault the other ranks may never post their extent: do not wait for it.
@@ -218,13 +230,21 @@ pub const fn all_reduce_algorithm(plan: &Plan, bytes: u64, world: u32, window: u
 /// `src` and `dst` are valid for `args.bytes` bytes on this rank, 16-byte aligned (else slower
 /// paths run); `ctx` describes the communicator's live buffers; see the module docs for who
 /// enters and what every rank must agree on.
+#[inline(always)]
 pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
     args: SnacArgs,
     ctx: Context,
 ) {
+    // SAFETY: forwarded contract.
+    unsafe { all_reduce_typed::<A>(args, ctx, C::plan(&args.plan), Typed::of::<A, T, O>()) }
+}
+
+/// # Safety
+/// As [`all_reduce`].
+#[inline(never)]
+unsafe fn all_reduce_typed<A: Atom>(args: SnacArgs, ctx: Context, plan: Plan, typed: Typed) {
     let kind = CollectiveKind::AllReduce;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, core::mem::size_of::<T>() as u64)
-    else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, typed.size) else {
         return;
     };
     let bytes = args.bytes;
@@ -233,7 +253,7 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
     }
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
-        return unsafe { local_reduce::<A, T, O>(&args, args.dst, args.src, bytes) };
+        return unsafe { local_reduce(&args, &typed, args.dst, args.src, bytes) };
     }
     let algorithm = all_reduce_algorithm(&plan, bytes, ctx.world, ctx.latency_window_bytes);
     let b = Buffers {
@@ -254,26 +274,26 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
                 )
             };
             call.announce_arrival();
-            // SAFETY: forwarded contract; the payload fits the windows (checked by the choice).
-            let _ = unsafe {
-                if algorithm == Algorithm::OneShot {
-                    latency::one_shot::<T, O>(&call, args.dst, args.src, bytes, args.blocks)
-                } else {
-                    latency::two_shot::<T, O>(&call, args.dst, args.src, bytes, args.blocks)
-                }
+            let run = if algorithm == Algorithm::OneShot {
+                typed.one_shot
+            } else {
+                typed.two_shot
             };
+            // SAFETY: forwarded contract; the payload fits the windows (checked by the choice).
+            let _ = unsafe { run(&call, args.dst, args.src, bytes, args.blocks, typed.op) };
             call.finish(1, args.blocks, coll_blocks);
         }
         _ if ctx.world == 2 => {
             // SAFETY: forwarded contract.
             unsafe {
-                staged::<A, Reduction<T, O>, _>(
+                staged::<A, _>(
                     &args,
                     ctx,
                     kind,
                     &plan,
                     coll_blocks,
                     &Direct { b, bytes },
+                    Some(typed.reduce),
                 )
             }
         }
@@ -287,7 +307,15 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
             };
             // SAFETY: forwarded contract.
             unsafe {
-                staged::<A, Reduction<T, O>, _>(&args, ctx, kind, &plan, coll_blocks, &streams)
+                staged::<A, _>(
+                    &args,
+                    ctx,
+                    kind,
+                    &plan,
+                    coll_blocks,
+                    &streams,
+                    Some(typed.reduce),
+                )
             }
         }
     }
@@ -298,21 +326,21 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ///
 /// # Safety
 /// As [`all_reduce`], with `src` valid for `world × args.bytes` bytes.
+#[inline(always)]
 pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
     args: SnacArgs,
     ctx: Context,
 ) {
-    let kind = CollectiveKind::ReduceScatter;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, core::mem::size_of::<T>() as u64)
-    else {
-        return;
-    };
-    if args.bytes == 0 {
-        return;
-    }
-    let layout = Scattered { bytes: args.bytes };
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, T, O, _>(&args, ctx, kind, &plan, coll_blocks, layout) }
+    unsafe {
+        reduce_scatter_typed::<A>(
+            args,
+            ctx,
+            C::plan(&args.plan),
+            Typed::of::<A, T, O>(),
+            false,
+        )
+    }
 }
 
 /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
@@ -320,42 +348,69 @@ pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ///
 /// # Safety
 /// As [`reduce_scatter`]; `args.counts` valid for `world` values while the call runs.
+#[inline(always)]
 pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    mut args: SnacArgs,
+    args: SnacArgs,
     ctx: Context,
 ) {
-    let kind = CollectiveKind::ReduceScatterV;
-    args.elem_bytes = core::mem::size_of::<T>() as u32;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, 1) else {
-        return;
-    };
-    let layout = ScatteredV {
-        counts: args.counts,
-        elem_bytes: args.elem_bytes,
-    };
-    if layout.max_part(ctx.world) == Some(0) {
-        return;
-    }
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, T, O, _>(&args, ctx, kind, &plan, coll_blocks, layout) }
+    unsafe {
+        reduce_scatter_typed::<A>(args, ctx, C::plan(&args.plan), Typed::of::<A, T, O>(), true)
+    }
+}
+
+/// # Safety
+/// As [`reduce_scatter`] or [`reduce_scatter_v`].
+#[inline(never)]
+unsafe fn reduce_scatter_typed<A: Atom>(
+    mut args: SnacArgs,
+    ctx: Context,
+    plan: Plan,
+    typed: Typed,
+    v: bool,
+) {
+    let kind = if v {
+        CollectiveKind::ReduceScatterV
+    } else {
+        CollectiveKind::ReduceScatter
+    };
+    args.elem_bytes = typed.size as u32;
+    let Some(coll_blocks) = check(&args, &ctx, kind, typed.size) else {
+        return;
+    };
+    if v {
+        let layout = ScatteredV {
+            counts: args.counts,
+            elem_bytes: args.elem_bytes,
+        };
+        if layout.max_part(ctx.world) != Some(0) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                reduce_scatter_with::<A, _>(&args, ctx, kind, &plan, coll_blocks, layout, &typed)
+            }
+        }
+    } else if args.bytes != 0 {
+        let layout = Scattered { bytes: args.bytes };
+        // SAFETY: forwarded contract.
+        unsafe { reduce_scatter_with::<A, _>(&args, ctx, kind, &plan, coll_blocks, layout, &typed) }
+    }
 }
 
 /// # Safety
 /// As [`reduce_scatter`].
-unsafe fn reduce_scatter_with<A: Atom, T: Element, O: ReduceOp, L: Layout>(
+unsafe fn reduce_scatter_with<A: Atom, L: Layout>(
     args: &SnacArgs,
     ctx: Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
     layout: L,
+    typed: &Typed,
 ) {
     if ctx.world == 1 {
         let (offset, len) = layout.part(0, 0);
         // SAFETY: forwarded contract.
-        return unsafe {
-            local_reduce::<A, T, O>(args, args.dst, args.src.add(offset as usize), len)
-        };
+        return unsafe { local_reduce(args, typed, args.dst, args.src.add(offset as usize), len) };
     }
     let streams = Scatter {
         b: Buffers {
@@ -367,7 +422,17 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, O: ReduceOp, L: Layout>(
         src: layout,
     };
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, Reduction<T, O>, _>(args, ctx, kind, plan, coll_blocks, &streams) }
+    unsafe {
+        staged::<A, _>(
+            args,
+            ctx,
+            kind,
+            plan,
+            coll_blocks,
+            &streams,
+            Some(typed.reduce),
+        )
+    }
 }
 
 /// AllGather: part `p` of every rank's `dst` (`world × args.bytes` bytes) is rank `p`'s `src`
@@ -377,7 +442,7 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, O: ReduceOp, L: Layout>(
 /// As [`all_reduce`], with the sizes above.
 pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllGather;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
         return;
     };
     if args.bytes == 0 {
@@ -388,7 +453,17 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
         Scattered { bytes: args.bytes },
     );
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, src, dst) }
+    unsafe {
+        gather_with::<A, _, _>(
+            &args,
+            ctx,
+            kind,
+            &C::plan(&args.plan),
+            coll_blocks,
+            src,
+            dst,
+        )
+    }
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements of `args.elem_bytes` bytes (`world`
@@ -399,7 +474,7 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// As [`all_gather`]; `args.counts` valid for `world` values while the call runs.
 pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllGatherV;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
         return;
     };
     let src = PackedV {
@@ -414,7 +489,17 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
         return;
     }
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, src, dst) }
+    unsafe {
+        gather_with::<A, _, _>(
+            &args,
+            ctx,
+            kind,
+            &C::plan(&args.plan),
+            coll_blocks,
+            src,
+            dst,
+        )
+    }
 }
 
 /// # Safety
@@ -442,12 +527,12 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
         return local::<A, _>(args, &streams);
     }
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, NoReduction, _>(args, ctx, kind, plan, coll_blocks, &streams) }
+    unsafe { staged::<A, _>(args, ctx, kind, plan, coll_blocks, &streams, None) }
 }
 
 /// World 1: run the one local stream (consumer stream 0) over all blocks.
 fn local<A: Atom, S: Streams>(args: &SnacArgs, streams: &S) {
-    if let crate::snac::staging::Get::Local { src, dst, len } = streams.get(0) {
+    if let Get::Local { src, dst, len } = streams.get(0) {
         // SAFETY: the streams describe the caller's buffers.
         unsafe { local_copy::<A>(args, dst, src, len) }
     }
@@ -460,7 +545,7 @@ fn local<A: Atom, S: Streams>(args: &SnacArgs, streams: &S) {
 /// As [`all_reduce`], with the sizes above.
 pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllToAll;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
         return;
     };
     if args.bytes == 0 {
@@ -471,7 +556,17 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
         Transposed { bytes: args.bytes },
     );
     // SAFETY: forwarded contract.
-    unsafe { exchange_with::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, src, dst) }
+    unsafe {
+        exchange_with::<A, _, _>(
+            &args,
+            ctx,
+            kind,
+            &C::plan(&args.plan),
+            coll_blocks,
+            src,
+            dst,
+        )
+    }
 }
 
 /// AllToAllV: `args.counts` holds `2 × world` counts: the elements this rank sends to each
@@ -482,7 +577,7 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// As [`all_to_all`]; `args.counts` valid for `2 × world` values while the call runs.
 pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllToAllV;
-    let Some((plan, coll_blocks)) = check::<C>(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
         return;
     };
     let src = ScatteredV {
@@ -495,7 +590,17 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
         elem_bytes: args.elem_bytes,
     };
     // SAFETY: forwarded contract.
-    unsafe { exchange_with::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, src, dst) }
+    unsafe {
+        exchange_with::<A, _, _>(
+            &args,
+            ctx,
+            kind,
+            &C::plan(&args.plan),
+            coll_blocks,
+            src,
+            dst,
+        )
+    }
 }
 
 /// # Safety
@@ -523,5 +628,5 @@ unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
         return local::<A, _>(args, &streams);
     }
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, NoReduction, _>(args, ctx, kind, plan, coll_blocks, &streams) }
+    unsafe { staged::<A, _>(args, ctx, kind, plan, coll_blocks, &streams, None) }
 }

@@ -65,7 +65,7 @@ impl<S: Layout, D: Layout> Streams for Gather<S, D> {
             let (so, len) = self.src.part(me, me);
             let (doff, _) = self.dst.part(me, me);
             let (src, dst) = (self.b.src_at(so), self.b.dst_at(doff));
-            let len = if src == dst as *const u8 { 0 } else { len };
+            let len = if core::ptr::eq(src, dst) { 0 } else { len };
             Get::Local { src, dst, len }
         } else {
             let (offset, len) = self.dst.part(me, q);

@@ -19,7 +19,7 @@ use super::packet;
 use super::sync::{Call, Left};
 use crate::arch;
 use crate::element::Element;
-use crate::op::ReduceOp;
+use crate::op::{Max, Min, Prod, ReduceOp, ReduceOpKind, Sum};
 use crate::partition::even_split;
 
 /// Bytes of window per unit (two packets).
@@ -145,14 +145,28 @@ unsafe fn get_unit(
     Ok(lo.unwrap_or(0) as u128 | ((hi.unwrap_or(0) as u128) << 64))
 }
 
-/// `acc ⊕= x`, lane by lane, in `f32` (as the Atoms combine).
+/// `acc ⊕= x`, lane by lane, in `f32`, with the same operator functions the Atoms use. The
+/// operator is a run-time value so the latency paths are compiled once per type.
 #[inline(always)]
-fn combine<T: Element, O: ReduceOp>(acc: &mut T::Lanes, raw: u128) {
+fn combine<T: Element>(op: ReduceOpKind, acc: &mut T::Lanes, raw: u128) {
+    #[inline(always)]
+    fn lanes<T: Element, O: ReduceOp>(acc: &mut T::Lanes, x: T::Lanes) {
+        for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
+            *a = O::combine(*a, *b);
+        }
+    }
     let x = T::unpack(raw);
-    for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
-        *a = O::combine(*a, *b);
+    match op {
+        ReduceOpKind::Sum => lanes::<T, Sum>(acc, x),
+        ReduceOpKind::Max => lanes::<T, Max>(acc, x),
+        ReduceOpKind::Min => lanes::<T, Min>(acc, x),
+        ReduceOpKind::Prod => lanes::<T, Prod>(acc, x),
     }
 }
+
+/// A latency-regime AllReduce (`one_shot::<T>` or `two_shot::<T>`) behind a pointer.
+pub(crate) type LatencyFn =
+    unsafe fn(&Call, *mut u8, *const u8, u64, u32, ReduceOpKind) -> Result<(), Left>;
 
 /// The window rank `rank` keeps for `sender` in this call's half.
 #[inline(always)]
@@ -169,8 +183,9 @@ fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
 /// # Safety
 /// As [`one_shot`].
 #[inline(always)]
-unsafe fn reduce_unit<T: Element, O: ReduceOp>(
+unsafe fn reduce_unit<T: Element>(
     call: &Call,
+    op: ReduceOpKind,
     src: *const u8,
     bytes: u64,
     u: u64,
@@ -190,7 +205,7 @@ unsafe fn reduce_unit<T: Element, O: ReduceOp>(
         if p == 0 {
             acc = T::unpack(raw);
         } else {
-            combine::<T, O>(&mut acc, raw);
+            combine::<T>(op, &mut acc, raw);
         }
     }
     Ok(T::pack(acc))
@@ -201,12 +216,14 @@ unsafe fn reduce_unit<T: Element, O: ReduceOp>(
 /// # Safety
 /// `src`/`dst` valid for `bytes` (they may be equal); the windows hold `units(bytes)` units;
 /// every thread of every block of the call runs it with the same values.
-pub(crate) unsafe fn one_shot<T: Element, O: ReduceOp>(
+#[inline(never)]
+pub(crate) unsafe fn one_shot<T: Element>(
     call: &Call,
     dst: *mut u8,
     src: *const u8,
     bytes: u64,
     blocks: u32,
+    op: ReduceOpKind,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
@@ -228,7 +245,7 @@ pub(crate) unsafe fn one_shot<T: Element, O: ReduceOp>(
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, O>(call, src, bytes, u, u, flag)? };
+        let v = unsafe { reduce_unit::<T>(call, op, src, bytes, u, u, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         u += stride;
@@ -240,12 +257,14 @@ pub(crate) unsafe fn one_shot<T: Element, O: ReduceOp>(
 ///
 /// # Safety
 /// As [`one_shot`], with the largest shard fitting half a window.
-pub(crate) unsafe fn two_shot<T: Element, O: ReduceOp>(
+#[inline(never)]
+pub(crate) unsafe fn two_shot<T: Element>(
     call: &Call,
     dst: *mut u8,
     src: *const u8,
     bytes: u64,
     blocks: u32,
+    op: ReduceOpKind,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
@@ -279,7 +298,7 @@ pub(crate) unsafe fn two_shot<T: Element, O: ReduceOp>(
     while i < my_len {
         let u = mine + i;
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, O>(call, src, bytes, u, i, flag)? };
+        let v = unsafe { reduce_unit::<T>(call, op, src, bytes, u, i, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         for q in 0..world {

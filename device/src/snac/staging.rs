@@ -19,13 +19,11 @@ use super::epoch;
 use super::fault::SignalKind;
 use super::sync::{Call, Counter, Left, Ranks};
 use super::transfer;
+use super::transfer::ReduceFn;
 use super::{Plan, SnacArgs};
 use crate::atom::{Atom, MAX_SOURCES};
 use crate::coop::Coop;
-use crate::element::Element;
-use crate::op::ReduceOp;
 use crate::partition::split_bytes;
-use core::marker::PhantomData;
 
 /// A producer stream: stage `len` bytes of `src` into region `region` of this rank's staging,
 /// chunk by chunk, notifying `notify` with [`SignalKind::Data`]; before reusing a slot, wait
@@ -103,65 +101,6 @@ pub(crate) trait Streams {
     /// The largest stream of the call on any rank, if every rank can compute it (else the
     /// ranks exchange their own largest).
     fn agreed_len(&self) -> Option<u64>;
-}
-
-/// How consumers reduce: typed ([`Reduction`]) or not at all ([`NoReduction`]).
-pub(crate) trait Reducer {
-    /// Reduces `bytes` bytes from `srcs(p)`, `p` in `0..n`, into `dst`.
-    ///
-    /// # Safety
-    /// As [`transfer::reduce`].
-    unsafe fn reduce<A: Atom, F: Fn(u32) -> *const u8>(
-        coop: Coop,
-        dst: *mut u8,
-        srcs: F,
-        n: u32,
-        bytes: u64,
-        smem: *mut u8,
-    );
-}
-
-/// Reduction of `T` with `O`.
-pub(crate) struct Reduction<T, O>(PhantomData<(T, O)>);
-
-impl<T: Element, O: ReduceOp> Reducer for Reduction<T, O> {
-    #[inline(always)]
-    unsafe fn reduce<A: Atom, F: Fn(u32) -> *const u8>(
-        coop: Coop,
-        dst: *mut u8,
-        srcs: F,
-        n: u32,
-        bytes: u64,
-        smem: *mut u8,
-    ) {
-        let mut ptrs = [core::ptr::null::<T>(); MAX_SOURCES];
-        for (p, ptr) in ptrs.iter_mut().enumerate().take(n as usize) {
-            *ptr = srcs(p as u32) as *const T;
-        }
-        let count = bytes as usize / core::mem::size_of::<T>();
-        // SAFETY: forwarded contract.
-        unsafe {
-            transfer::reduce::<A, T, O>(coop, dst as *mut T, &ptrs[..n as usize], count, smem)
-        }
-    }
-}
-
-/// For copy collectives, which have no reduce streams.
-pub(crate) struct NoReduction;
-
-impl Reducer for NoReduction {
-    #[inline(always)]
-    unsafe fn reduce<A: Atom, F: Fn(u32) -> *const u8>(
-        _: Coop,
-        _: *mut u8,
-        _: F,
-        _: u32,
-        _: u64,
-        _: *mut u8,
-    ) {
-        // Copy collectives build no `Get::Reduce`.
-        crate::arch::trap()
-    }
 }
 
 /// The geometry of one call's staging.
@@ -283,11 +222,12 @@ impl<'a, S: Streams> Engine<'a, S> {
     ///
     /// # Safety
     /// The streams describe valid memory; every thread of the block calls.
-    pub(crate) unsafe fn run<A: Atom, R: Reducer>(
+    pub(crate) unsafe fn run<A: Atom>(
         &self,
         call: &mut Call,
         args: &SnacArgs,
         plan: &Plan,
+        reduce: Option<ReduceFn>,
     ) -> Result<(), Left> {
         let roles = roles(args.blocks, plan.put_blocks);
         let world = call.world();
@@ -335,7 +275,7 @@ impl<'a, S: Streams> Engine<'a, S> {
                 let get = s.get(j);
                 if i < self.geometry.chunks(get.len()) {
                     // SAFETY: forwarded contract.
-                    unsafe { self.get_chunk::<A, R>(call, &get, i, set, index) }
+                    unsafe { self.get_chunk::<A>(call, &get, i, set, index, reduce) }
                 } else {
                     Ok(())
                 }
@@ -349,6 +289,7 @@ impl<'a, S: Streams> Engine<'a, S> {
     ///
     /// # Safety
     /// As [`Engine::run`].
+    #[inline(never)]
     unsafe fn put_chunk<A: Atom>(
         &self,
         call: &mut Call,
@@ -389,13 +330,15 @@ impl<'a, S: Streams> Engine<'a, S> {
     ///
     /// # Safety
     /// As [`Engine::run`].
-    unsafe fn get_chunk<A: Atom, R: Reducer>(
+    #[inline(never)]
+    unsafe fn get_chunk<A: Atom>(
         &self,
         call: &mut Call,
         get: &Get,
         i: u64,
         set: u32,
         index: u32,
+        reduce: Option<ReduceFn>,
     ) -> Result<(), Left> {
         let g = self.geometry;
         let slot = epoch::slot(i, g.slots);
@@ -452,13 +395,22 @@ impl<'a, S: Streams> Engine<'a, S> {
                     // SAFETY: the slice lies inside `dst`.
                     unsafe { dst.add(at) }
                 };
+                // Copy collectives build no `Get::Reduce`, and pass no reduction.
+                let Some(reduce) = reduce else {
+                    crate::arch::trap()
+                };
+                let mut srcs = [core::ptr::null::<u8>(); MAX_SOURCES];
+                for (p, src) in srcs.iter_mut().enumerate().take(call.world() as usize) {
+                    *src = self
+                        .slot_ptr(call, p as u32, region, slot)
+                        .wrapping_add(offset);
+                }
                 // SAFETY: every source slice lies inside its rank's slot; `out` as above.
                 unsafe {
-                    R::reduce::<A, _>(
+                    reduce(
                         Coop::block(),
                         out,
-                        |p| self.slot_ptr(call, p, region, slot).wrapping_add(offset) as *const u8,
-                        call.world(),
+                        &srcs[..call.world() as usize],
                         len as u64,
                         self.smem,
                     )

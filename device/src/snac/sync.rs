@@ -303,6 +303,11 @@ impl Call {
                     break;
                 }
             }
+            // Thread 0 is the one that issues bulk copies (async proxy) on Hopper and later:
+            // order its acquire before them, and the peers' reads it waited for before its
+            // bulk writes into a reused slot.
+            #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
+            arch::fence_proxy_async();
         }
         if self.broadcast(ok) == 1 {
             Ok(())
@@ -360,6 +365,7 @@ impl Call {
 
     /// Waits for every rank's extent packet and returns the largest: the chunk count every
     /// rank advances its epochs by. Every thread calls.
+    #[inline(never)]
     pub(crate) fn agree_extent(&mut self) -> Result<u64, Left> {
         let flag = packet::flag32(self.epoch);
         let (mut ok, mut rounds) = (1u32, 0u64);

@@ -13,7 +13,9 @@ use crate::op::ReduceOp;
 ///
 /// # Safety
 /// Both ranges are valid for `bytes` and do not overlap; `smem` as for [`Atom::copy`].
-#[inline(always)]
+// Out of line: one instance per Atom, shared by every call site and every kernel of a
+// module, rather than the Atom's whole datapath inlined at each site.
+#[inline(never)]
 pub(crate) unsafe fn copy<A: Atom>(
     coop: Coop,
     dst: *mut u8,
@@ -81,4 +83,29 @@ pub(crate) unsafe fn reduce<A: Atom, T: Element, O: ReduceOp>(
         // SAFETY: forwarded contract.
         unsafe { reduce_scalar::<T, O>(coop, dst, srcs, 0, count) }
     }
+}
+
+/// A reduction over byte pointers, as the collectives hold it: `bytes` bytes of elements.
+pub(crate) type ReduceFn = unsafe fn(Coop, *mut u8, &[*const u8], u64, *mut u8);
+
+/// [`reduce`] behind a [`ReduceFn`]: one out-of-line instance per (Atom, type, operator),
+/// shared by every collective and call site, so the collectives themselves are compiled once
+/// per Atom rather than once per type and operator.
+///
+/// # Safety
+/// As [`reduce`], with `bytes` a multiple of `size_of::<T>()`.
+#[inline(never)]
+pub(crate) unsafe fn reduce_bytes<A: Atom, T: Element, O: ReduceOp>(
+    coop: Coop,
+    dst: *mut u8,
+    srcs: &[*const u8],
+    bytes: u64,
+    smem: *mut u8,
+) {
+    // SAFETY: `*const u8` and `*const T` have the same layout.
+    let typed =
+        unsafe { core::slice::from_raw_parts(srcs.as_ptr() as *const *const T, srcs.len()) };
+    let count = bytes as usize / core::mem::size_of::<T>();
+    // SAFETY: forwarded contract.
+    unsafe { reduce::<A, T, O>(coop, dst as *mut T, typed, count, smem) }
 }

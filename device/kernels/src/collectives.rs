@@ -1,0 +1,118 @@
+//! Host-launched collectives: one kernel per collective (and per element type for the
+//! reductions, the operator being a run-time argument), running the architecture's native
+//! Atom with the plan the host passes in `SnacArgs::plan`.
+//!
+//! Kernel names: `purlin_all_gather`, `purlin_all_gather_v`, `purlin_all_to_all`,
+//! `purlin_all_to_all_v`, and `purlin_<collective>_<type>` for `all_reduce`, `reduce_scatter`
+//! and `reduce_scatter_v` with the type's nccl-tests name (`float`, `half`, `bfloat16`,
+//! `f8e4m3`, `f8e5m2`). Parameters: `(SnacArgs, Context)`, plus `op: u32`
+//! (`ReduceOpKind`) for reductions.
+//!
+//! Launch with `PURLIN_COLLECTIVE_THREADS` threads per block, any number of blocks in
+//! `1..=MAX_BLOCKS` (the same on every rank), and `PURLIN_COLLECTIVE_SMEM_BYTES` bytes of
+//! dynamic shared memory. The kernel fills `args.block`, `args.blocks` and `args.smem` itself.
+
+use purlin_device::arch;
+use purlin_device::atom::{Atom, Native};
+use purlin_device::collective;
+use purlin_device::context::Context;
+use purlin_device::element::{E4m3, E5m2};
+use purlin_device::half;
+use purlin_device::op::{Max, Min, Prod, ReduceOpKind, Sum};
+use purlin_device::snac::{Runtime, SnacArgs, smem_bytes};
+
+/// Threads per block of every collective kernel in this module.
+#[unsafe(no_mangle)]
+pub static PURLIN_COLLECTIVE_THREADS: u32 = Native::THREADS;
+
+/// Dynamic shared memory per block of every collective kernel in this module.
+#[unsafe(no_mangle)]
+pub static PURLIN_COLLECTIVE_SMEM_BYTES: u32 = smem_bytes::<Native>();
+
+/// The arguments with this launch's block, grid and shared memory filled in.
+#[inline(always)]
+fn launched(mut args: SnacArgs) -> SnacArgs {
+    args.block = arch::block_index();
+    args.blocks = arch::grid_blocks();
+    args.smem = arch::dynamic_shared();
+    args
+}
+
+/// Runs `f::<T, O>` for the run-time operator `op`; traps on an unknown one (the host
+/// validates it before launching).
+macro_rules! by_op {
+    ($op:expr, $f:ident, $t:ty, $args:expr, $ctx:expr) => {
+        match ReduceOpKind::from_u32($op) {
+            // SAFETY (all arms): forwarded launch contract.
+            Some(ReduceOpKind::Sum) => unsafe {
+                collective::$f::<Native, Runtime, $t, Sum>($args, $ctx)
+            },
+            Some(ReduceOpKind::Max) => unsafe {
+                collective::$f::<Native, Runtime, $t, Max>($args, $ctx)
+            },
+            Some(ReduceOpKind::Min) => unsafe {
+                collective::$f::<Native, Runtime, $t, Min>($args, $ctx)
+            },
+            Some(ReduceOpKind::Prod) => unsafe {
+                collective::$f::<Native, Runtime, $t, Prod>($args, $ctx)
+            },
+            None => arch::trap(),
+        }
+    };
+}
+
+macro_rules! reduce_kernels {
+    ($f:ident, [$($t:ty => $name:ident),* $(,)?]) => {
+        $(
+            /// A host-launched reduction collective for one element type (see the module docs).
+            ///
+            /// # Safety
+            /// Launched as the module docs say, on every rank with the same arguments but the
+            /// buffers; buffers and context valid.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context, op: u32) {
+                by_op!(op, $f, $t, launched(args), ctx)
+            }
+        )*
+    };
+}
+
+reduce_kernels!(all_reduce, [
+    f32 => purlin_all_reduce_float, half::f16 => purlin_all_reduce_half,
+    half::bf16 => purlin_all_reduce_bfloat16, E4m3 => purlin_all_reduce_f8e4m3,
+    E5m2 => purlin_all_reduce_f8e5m2,
+]);
+reduce_kernels!(reduce_scatter, [
+    f32 => purlin_reduce_scatter_float, half::f16 => purlin_reduce_scatter_half,
+    half::bf16 => purlin_reduce_scatter_bfloat16, E4m3 => purlin_reduce_scatter_f8e4m3,
+    E5m2 => purlin_reduce_scatter_f8e5m2,
+]);
+reduce_kernels!(reduce_scatter_v, [
+    f32 => purlin_reduce_scatter_v_float, half::f16 => purlin_reduce_scatter_v_half,
+    half::bf16 => purlin_reduce_scatter_v_bfloat16, E4m3 => purlin_reduce_scatter_v_f8e4m3,
+    E5m2 => purlin_reduce_scatter_v_f8e5m2,
+]);
+
+macro_rules! copy_kernels {
+    ($($f:ident => $name:ident),* $(,)?) => {
+        $(
+            /// A host-launched copy collective (see the module docs).
+            ///
+            /// # Safety
+            /// Launched as the module docs say, on every rank with the same arguments but the
+            /// buffers; buffers and context valid.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context) {
+                // SAFETY: forwarded launch contract.
+                unsafe { collective::$f::<Native, Runtime>(launched(args), ctx) }
+            }
+        )*
+    };
+}
+
+copy_kernels!(
+    all_gather => purlin_all_gather,
+    all_gather_v => purlin_all_gather_v,
+    all_to_all => purlin_all_to_all,
+    all_to_all_v => purlin_all_to_all_v,
+);
