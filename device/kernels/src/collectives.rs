@@ -11,6 +11,9 @@
 //! Launch with `PURLIN_COLLECTIVE_THREADS` threads per block, any number of blocks in
 //! `1..=MAX_BLOCKS` (the same on every rank), and `PURLIN_COLLECTIVE_SMEM_BYTES` bytes of
 //! dynamic shared memory. The kernel fills `args.block`, `args.blocks` and `args.smem` itself.
+//! Every block of every rank must be resident at once (blocks wait for each other): with one
+//! block per SM (see the register note on `PURLIN_COLLECTIVE_THREADS`), the blocks of all ranks
+//! sharing a GPU must not exceed its SM count.
 
 use purlin_device::arch;
 use purlin_device::atom::{Atom, Native};
@@ -21,9 +24,16 @@ use purlin_device::half;
 use purlin_device::op::{Max, Min, Prod, ReduceOpKind, Sum};
 use purlin_device::snac::{Runtime, SnacArgs, smem_bytes};
 
-/// Threads per block of every collective kernel in this module.
+/// Threads per block of every collective kernel in this module: the native Atom's, at most 256.
+/// ptxas gives these kernels up to 255 registers (the deepest reachable reduce datapath
+/// decides, as the typed reductions are called through function pointers), so 256 threads is
+/// what one block per SM can hold; the Atoms work with any block size up to their own.
 #[unsafe(no_mangle)]
-pub static PURLIN_COLLECTIVE_THREADS: u32 = Native::THREADS;
+pub static PURLIN_COLLECTIVE_THREADS: u32 = if Native::THREADS < 256 {
+    Native::THREADS
+} else {
+    256
+};
 
 /// Dynamic shared memory per block of every collective kernel in this module.
 #[unsafe(no_mangle)]
