@@ -36,6 +36,7 @@ pub mod collective;
 pub mod context;
 pub mod coop;
 pub mod element;
+pub mod grid;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod emulation;
 pub mod layout;
