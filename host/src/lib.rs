@@ -30,6 +30,7 @@
 
 pub mod atom;
 pub mod bootstrap;
+pub mod collective;
 pub mod context;
 mod cuda;
 pub mod error;
@@ -44,6 +45,7 @@ pub mod validate;
 pub mod workspace;
 
 pub use bootstrap::{Bootstrap, InProcess};
+pub use collective::{all_gather, all_reduce, all_to_all, reduce_scatter};
 #[cfg(feature = "mpi")]
 pub use bootstrap::Mpi;
 pub use context::{Context, DeviceContext};

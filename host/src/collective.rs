@@ -1,0 +1,497 @@
+//! Host-launched collectives: AllReduce, AllGather, ReduceScatter, AllToAll and their V forms,
+//! each one kernel on the context's stream. Nothing is synchronised and no host state changes,
+//! so a sequence of calls can be captured into a CUDA graph and replayed; the V collectives read
+//! their counts from device memory, so a replay can use new counts.
+//!
+//! Every rank of the communicator makes the same calls in the same order (same collective,
+//! type, operator, counts and options). Arguments are checked before anything is launched.
+//! The launch shape and plan come from the codesign table of `purlin-tuning` (the compiled-in
+//! one, or the file named by `PURLIN_TUNING`), unless [`Options`] fixes them.
+//!
+//! ```no_run
+//! use purlin::bootstrap::{Bootstrap, InProcess};
+//! use purlin::memory::DeviceAllocator;
+//! use purlin::workspace::{Workspace, WorkspaceRequirements};
+//! use purlin::{Context, ReduceOpKind};
+//! // An AllReduce of 1 Mi f32 over four ranks on GPU 0 (the virtual node).
+//! let gpu = purlin::Gpu::open(0)?;
+//! std::thread::scope(|s| -> purlin::Result<()> {
+//!     for b in InProcess::group(4)? {
+//!         let gpu = gpu.clone();
+//!         s.spawn(move || -> purlin::Result<()> {
+//!             let stream = gpu.new_stream()?;
+//!             let ws = Workspace::new(&b, DeviceAllocator::new(gpu), WorkspaceRequirements::small())?;
+//!             let ctx = Context::new(b.rank(), b.world(), ws, &stream)?;
+//!             let src = stream.clone_htod(&vec![1.0f32; 1 << 20])?;
+//!             let mut dst = stream.alloc_zeros::<f32>(1 << 20)?;
+//!             purlin::all_reduce(&ctx, &src, &mut dst, 1 << 20, ReduceOpKind::Sum)?;
+//!             ctx.synchronize()?;
+//!             assert!(stream.clone_dtoh(&dst)?.iter().all(|&x| x == 4.0));
+//!             ctx.finalize()
+//!         });
+//!     }
+//!     Ok(())
+//! })?;
+//! # Ok::<(), purlin::Error>(())
+//! ```
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::launch::{Kernel, KernelArg, LaunchShape};
+use crate::memory::Span;
+use crate::ptx::Arch;
+use crate::validate;
+use cudarc::driver::{DevicePtr, DevicePtrMut};
+use purlin_device::context::MAX_BLOCKS;
+use purlin_device::element::{DataType, Element};
+use purlin_device::op::ReduceOpKind;
+use purlin_device::snac::{SnacArgs, smem_bytes};
+use purlin_tuning::{Choice, Row, Table};
+use std::sync::OnceLock;
+
+pub use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
+
+// SAFETY: `SnacArgs` is `#[repr(C)]` plain data (addresses, sizes, the plan), laid out
+// identically on the 64-bit host and on nvptx64.
+unsafe impl KernelArg for SnacArgs {}
+
+/// Per-call choices beyond the arguments. `Default`: the default reduction mode and the
+/// codesign table's launch shape and plan.
+///
+/// ```
+/// use purlin::collective::{Algorithm, Options, ReductionMode};
+/// let o = Options { mode: ReductionMode::Deterministic, algorithm: Some(Algorithm::TwoShot), ..Default::default() };
+/// assert!(o.choice.is_none());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Reduction mode (bitwise repeatable with [`ReductionMode::Deterministic`]).
+    pub mode: ReductionMode,
+    /// Force an AllReduce algorithm instead of the plan's.
+    pub algorithm: Option<Algorithm>,
+    /// Use this launch shape and plan instead of the table's (the mode and algorithm above still
+    /// apply).
+    pub choice: Option<Choice>,
+}
+
+/// The codesign table in use: the file named by `PURLIN_TUNING` (read once) in front of the
+/// compiled-in rows.
+///
+/// ```
+/// let table = purlin::collective::table();
+/// assert!(!table.rows().is_empty());
+/// ```
+pub fn table() -> Table<'static> {
+    static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
+    let rows = ROWS.get_or_init(|| {
+        let mut rows = Vec::new();
+        if let Some(path) = std::env::var_os("PURLIN_TUNING") {
+            match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| Table::parse(&t).map_err(|e| e.to_string())) {
+                Ok(loaded) => {
+                    tracing::info!(path = %path.to_string_lossy(), rows = loaded.len(), "loaded tuning table");
+                    rows = loaded;
+                }
+                Err(e) => tracing::warn!(path = %path.to_string_lossy(), %e, "ignoring the PURLIN_TUNING table"),
+            }
+        }
+        // Rows of a loaded file win over compiled-in rows of the same key: lookups pick the
+        // newest architecture and exact world first, so append the builtin rows the file lacks.
+        let builtin = Table::builtin();
+        for r in builtin.rows() {
+            let covered = rows.iter().any(|l: &Row| l.arch == r.arch && l.world == r.world && l.collective == r.collective);
+            if !covered {
+                rows.push(*r);
+            }
+        }
+        rows
+    });
+    Table::new(rows)
+}
+
+/// The size a collective is tuned by: AllReduce the whole payload, AllGather each rank's
+/// input, ReduceScatter each rank's shard, AllToAll each part (the V forms: the largest).
+fn dispatch_bytes(kind: CollectiveKind, bytes: u64) -> u64 {
+    let _ = kind;
+    bytes
+}
+
+/// Threads and shared memory of the collective kernels in the PTX of `arch`
+/// (`PURLIN_COLLECTIVE_THREADS` / `PURLIN_COLLECTIVE_SMEM_BYTES` in `purlin-kernels`).
+fn kernel_shape(arch: Arch) -> (u32, u32) {
+    use purlin_device::atom::{Atom, Sm70, Sm80, Sm90, Sm100};
+    let (threads, smem) = match arch {
+        Arch::Sm70 => (Sm70::THREADS, smem_bytes::<Sm70>()),
+        Arch::Sm80 => (Sm80::THREADS, smem_bytes::<Sm80>()),
+        Arch::Sm90 => (Sm90::THREADS, smem_bytes::<Sm90>()),
+        Arch::Sm100 => (Sm100::THREADS, smem_bytes::<Sm100>()),
+    };
+    (threads.min(256), smem)
+}
+
+/// Ranks that share this context's GPU: all of them on the virtual node (fewer GPUs than
+/// ranks), one per GPU otherwise.
+fn ranks_per_gpu(world: u32) -> u32 {
+    let gpus = crate::Gpu::count().unwrap_or(1).max(1) as u32;
+    if world <= gpus { 1 } else { world.div_ceil(gpus) }
+}
+
+/// One call, checked and ready to launch.
+struct Call {
+    kind: CollectiveKind,
+    kernel: &'static str,
+    args: SnacArgs,
+    op: Option<ReduceOpKind>,
+}
+
+/// The entry point of a collective in `purlin-kernels`: one per collective, and per element
+/// type for the reductions (`purlin_<collective>[_<type>]`).
+fn kernel_name(kind: CollectiveKind, dtype: DataType) -> &'static str {
+    macro_rules! typed {
+        ($prefix:literal) => {
+            match dtype {
+                DataType::F32 => concat!($prefix, "_float"),
+                DataType::F16 => concat!($prefix, "_half"),
+                DataType::Bf16 => concat!($prefix, "_bfloat16"),
+                DataType::E4m3 => concat!($prefix, "_f8e4m3"),
+                DataType::E5m2 => concat!($prefix, "_f8e5m2"),
+            }
+        };
+    }
+    match kind {
+        CollectiveKind::AllReduce => typed!("purlin_all_reduce"),
+        CollectiveKind::ReduceScatter => typed!("purlin_reduce_scatter"),
+        CollectiveKind::ReduceScatterV => typed!("purlin_reduce_scatter_v"),
+        CollectiveKind::AllGather => "purlin_all_gather",
+        CollectiveKind::AllGatherV => "purlin_all_gather_v",
+        CollectiveKind::AllToAll => "purlin_all_to_all",
+        CollectiveKind::AllToAllV => "purlin_all_to_all_v",
+    }
+}
+
+impl Context {
+    /// Blocks and plan for a call: the table's (or the options'), with the mode and algorithm
+    /// applied, and the blocks capped so that every rank sharing the GPU stays resident.
+    fn plan_call(&self, kind: CollectiveKind, bytes: u64, options: &Options) -> Result<(LaunchShape, Plan)> {
+        let gpu = self.gpu().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
+        let choice = options
+            .choice
+            .unwrap_or_else(|| table().lookup(gpu.compute_capability(), self.world(), kind, dispatch_bytes(kind, bytes)));
+        let mut plan = choice.plan;
+        plan.mode = options.mode as u32;
+        if let Some(a) = options.algorithm {
+            plan.algorithm = a as u32;
+        }
+        let (threads, smem) = kernel_shape(gpu.arch());
+        plan.threads = threads;
+        // Blocks wait for each other across ranks: all of them must be resident at once. The
+        // collective kernels hold one block per SM (see purlin-kernels).
+        let resident = (gpu.sm_count() / ranks_per_gpu(self.world())).max(1);
+        let blocks = choice.blocks.clamp(1, MAX_BLOCKS as u32).min(resident);
+        Ok((LaunchShape { blocks, threads, smem_bytes: smem }, plan))
+    }
+
+    /// Launches a checked call.
+    ///
+    /// # Safety
+    /// The buffers in `call.args` are valid for the call and stay so until it has run.
+    unsafe fn launch_call(&self, mut call: Call, options: &Options, bytes: u64) -> Result<()> {
+        let (shape, plan) = self.plan_call(call.kind, bytes, options)?;
+        call.args.plan = plan;
+        call.args.blocks = shape.blocks;
+        let ctx = self.device_view();
+        match call.op {
+            Some(op) => {
+                // SAFETY: a reduction kernel of purlin-kernels takes (SnacArgs, Context, op: u32).
+                let kernel: Kernel<(SnacArgs, purlin_device::context::Context, u32)> = unsafe { Kernel::new(call.kernel) };
+                // SAFETY: forwarded contract.
+                unsafe { self.launch(&kernel, shape, (call.args, ctx, op as u32)) }
+            }
+            None => {
+                // SAFETY: a copy kernel of purlin-kernels takes (SnacArgs, Context).
+                let kernel: Kernel<(SnacArgs, purlin_device::context::Context)> = unsafe { Kernel::new(call.kernel) };
+                // SAFETY: forwarded contract.
+                unsafe { self.launch(&kernel, shape, (call.args, ctx)) }
+            }
+        }
+    }
+}
+
+fn args(dst: Span, src: Span, bytes: u64) -> SnacArgs {
+    SnacArgs::new(dst.addr as *mut u8, src.addr as *const u8, bytes, 1)
+}
+
+/// `dst = src₀ ⊕ … ⊕ src_{world-1}` over `count` elements of `dtype` on every rank (raw device
+/// addresses; `src == dst` is allowed).
+///
+/// # Safety
+/// `src` and `dst` are device memory of the context's GPU, valid for their spans until the
+/// collective has run on the context's stream.
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
+/// use purlin::collective::{all_reduce_raw, Options};
+/// // SAFETY: both spans are live device buffers of the context's GPU.
+/// unsafe { all_reduce_raw(ctx, purlin::DataType::Bf16, purlin::ReduceOpKind::Sum, dst, src, 4096, &Options::default())? };
+/// # Ok(()) }
+/// ```
+pub unsafe fn all_reduce_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
+    validate::check_buffer("src", src, bytes, 16)?;
+    validate::check_buffer("dst", dst, bytes, 16)?;
+    let call = Call { kind: CollectiveKind::AllReduce, kernel: kernel_name(CollectiveKind::AllReduce, dtype), args: args(dst, src, bytes), op: Some(op) };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, bytes) }
+}
+
+/// Rank `r`'s `count` elements (`src`) land at `dst[r × count ..]` on every rank.
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `dst` holds `world × count` elements.
+pub unsafe fn all_gather_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
+    validate::check_buffer("src", src, bytes, 16)?;
+    validate::check_buffer("dst", dst, bytes * ctx.world() as u64, 16)?;
+    let call = Call { kind: CollectiveKind::AllGather, kernel: kernel_name(CollectiveKind::AllGather, dtype), args: args(dst, src, bytes), op: None };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, bytes) }
+}
+
+/// Rank `r` receives the reduction over ranks of part `r` (`count` elements) of every `src`
+/// (`world × count` elements).
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `src` holds `world × count` elements, `dst` `count`.
+pub unsafe fn reduce_scatter_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
+    validate::check_buffer("src", src, bytes * ctx.world() as u64, 16)?;
+    validate::check_buffer("dst", dst, bytes, 16)?;
+    let call = Call { kind: CollectiveKind::ReduceScatter, kernel: kernel_name(CollectiveKind::ReduceScatter, dtype), args: args(dst, src, bytes), op: Some(op) };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, bytes) }
+}
+
+/// Part `p` (`count` elements) of rank `r`'s `src` lands in part `r` of rank `p`'s `dst`.
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
+pub unsafe fn all_to_all_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
+    validate::check_buffer("src", src, bytes * ctx.world() as u64, 16)?;
+    validate::check_buffer("dst", dst, bytes * ctx.world() as u64, 16)?;
+    let call = Call { kind: CollectiveKind::AllToAll, kernel: kernel_name(CollectiveKind::AllToAll, dtype), args: args(dst, src, bytes), op: None };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, bytes) }
+}
+
+/// The V collectives' counts: element counts in device memory (`u64` each), read by the kernel
+/// when it runs, so a captured graph replays with whatever they hold then. `max_count` bounds
+/// every count (it picks the tuning band); the buffers must hold what the counts describe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Device address of the counts (`world` of them; `2 × world` for AllToAllV).
+    pub addr: u64,
+    /// The largest count any entry may hold.
+    pub max_count: u64,
+}
+
+fn v_call(kind: CollectiveKind, dtype: DataType, dst: Span, src: Span, counts: Counts, op: Option<ReduceOpKind>) -> Result<(Call, u64)> {
+    validate::check_pointer("counts", counts.addr, 8)?;
+    let max_bytes = validate::elements_to_bytes("max_count", counts.max_count, dtype.size())?;
+    // The counts live on the device, so only what the host knows is checked here: a buffer
+    // that may receive or send anything must be a live, aligned address.
+    if counts.max_count > 0 {
+        validate::check_pointer("src", src.addr, 16)?;
+        validate::check_pointer("dst", dst.addr, 16)?;
+    }
+    let mut a = args(dst, src, 0);
+    a.counts = counts.addr as *const u64;
+    a.elem_bytes = dtype.size() as u32;
+    Ok((Call { kind, kernel: kernel_name(kind, dtype), args: a, op }, max_bytes))
+}
+
+/// AllGatherV: rank `p` contributes `counts[p]` elements; every `dst` holds all contributions in
+/// rank order.
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `counts` holds `world` counts (the same on every rank) and the
+/// buffers hold what they describe, while the call runs.
+pub unsafe fn all_gather_v_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, counts: Counts, options: &Options) -> Result<()> {
+    let (call, max_bytes) = v_call(CollectiveKind::AllGatherV, dtype, dst, src, counts, None)?;
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, max_bytes) }
+}
+
+/// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of every
+/// `src`, whose parts lie in rank order.
+///
+/// # Safety
+/// As [`all_gather_v_raw`].
+pub unsafe fn reduce_scatter_v_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, dst: Span, src: Span, counts: Counts, options: &Options) -> Result<()> {
+    let (call, max_bytes) = v_call(CollectiveKind::ReduceScatterV, dtype, dst, src, counts, Some(op))?;
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, max_bytes) }
+}
+
+/// AllToAllV: `counts` holds `2 × world` counts: the elements this rank sends to each rank,
+/// then the elements it receives from each rank.
+///
+/// # Safety
+/// As [`all_gather_v_raw`], with `2 × world` counts.
+pub unsafe fn all_to_all_v_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, counts: Counts, options: &Options) -> Result<()> {
+    let (call, max_bytes) = v_call(CollectiveKind::AllToAllV, dtype, dst, src, counts, None)?;
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, max_bytes) }
+}
+
+fn span<T>(ctx: &Context, buf: &impl DevicePtr<T>) -> Result<Span> {
+    let stream = ctx.stream().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
+    Ok(Span::from_device(buf, stream))
+}
+
+fn span_mut<T>(ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
+    let stream = ctx.stream().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
+    let bytes = cudarc::driver::DeviceSlice::num_bytes(buf) as u64;
+    let (addr, _guard) = buf.device_ptr_mut(stream);
+    Ok(Span::new(addr, bytes))
+}
+
+/// AllReduce of `count` elements: `dst = src₀ ⊕ … ⊕ src_{world-1}` on every rank, on the
+/// context's stream (see the [module docs](self) for an example).
+///
+/// Buffers allocated on other streams must not be freed before the context's stream has run
+/// the collective (Purlin turns cudarc's event tracking off).
+pub fn all_reduce<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize, op: ReduceOpKind) -> Result<()> {
+    all_reduce_with(ctx, src, dst, count, op, &Options::default())
+}
+
+/// [`all_reduce`] with [`Options`].
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>) -> purlin::Result<()> {
+/// use purlin::collective::{all_reduce_with, Options, ReductionMode};
+/// let deterministic = Options { mode: ReductionMode::Deterministic, ..Default::default() };
+/// all_reduce_with(ctx, src, dst, 1024, purlin::ReduceOpKind::Sum, &deterministic)?;
+/// # Ok(()) }
+/// ```
+pub fn all_reduce_with<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    count: usize,
+    op: ReduceOpKind,
+    options: &Options,
+) -> Result<()> {
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
+    unsafe { all_reduce_raw(ctx, T::DTYPE, op, d, s, count as u64, options) }
+}
+
+/// AllGather: every rank's `count` elements, in rank order, in every `dst` (`world × count`).
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<half::bf16>, dst: &mut cudarc::driver::CudaSlice<half::bf16>) -> purlin::Result<()> {
+/// purlin::all_gather(ctx, src, dst, 4096)?;
+/// # Ok(()) }
+/// ```
+pub fn all_gather<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize) -> Result<()> {
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
+    unsafe { all_gather_raw(ctx, T::DTYPE, d, s, count as u64, &Options::default()) }
+}
+
+/// ReduceScatter: rank `r` gets the reduction of part `r` (`count` elements) of every `src`.
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>) -> purlin::Result<()> {
+/// purlin::reduce_scatter(ctx, src, dst, 4096, purlin::ReduceOpKind::Max)?;
+/// # Ok(()) }
+/// ```
+pub fn reduce_scatter<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize, op: ReduceOpKind) -> Result<()> {
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
+    unsafe { reduce_scatter_raw(ctx, T::DTYPE, op, d, s, count as u64, &Options::default()) }
+}
+
+/// AllToAll: part `p` (`count` elements) of this rank's `src` goes to part `rank` of rank `p`'s
+/// `dst`.
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>) -> purlin::Result<()> {
+/// purlin::all_to_all(ctx, src, dst, 4096)?;
+/// # Ok(()) }
+/// ```
+pub fn all_to_all<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize) -> Result<()> {
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
+    unsafe { all_to_all_raw(ctx, T::DTYPE, d, s, count as u64, &Options::default()) }
+}
+
+fn counts_of(ctx: &Context, counts: &impl DevicePtr<u64>, needed: usize, max_count: usize) -> Result<Counts> {
+    let span = span(ctx, counts)?;
+    validate::check_buffer("counts", span, needed as u64 * 8, 8)?;
+    Ok(Counts { addr: span.addr, max_count: max_count as u64 })
+}
+
+/// AllGatherV: rank `p` contributes `counts[p]` elements (`world` counts in device memory, the
+/// same on every rank, each at most `max_count`); every `dst` holds them all in rank order.
+/// Replaying a captured call reads the counts anew.
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>, counts: &cudarc::driver::CudaSlice<u64>) -> purlin::Result<()> {
+/// purlin::collective::all_gather_v(ctx, src, dst, counts, 4096)?;
+/// # Ok(()) }
+/// ```
+pub fn all_gather_v<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    counts: &impl DevicePtr<u64>,
+    max_count: usize,
+) -> Result<()> {
+    let counts = counts_of(ctx, counts, ctx.world() as usize, max_count)?;
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
+    unsafe { all_gather_v_raw(ctx, T::DTYPE, d, s, counts, &Options::default()) }
+}
+
+/// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of every
+/// `src`, whose parts lie in rank order.
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>, counts: &cudarc::driver::CudaSlice<u64>) -> purlin::Result<()> {
+/// purlin::collective::reduce_scatter_v(ctx, src, dst, counts, 4096, purlin::ReduceOpKind::Sum)?;
+/// # Ok(()) }
+/// ```
+pub fn reduce_scatter_v<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    counts: &impl DevicePtr<u64>,
+    max_count: usize,
+    op: ReduceOpKind,
+) -> Result<()> {
+    let counts = counts_of(ctx, counts, ctx.world() as usize, max_count)?;
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
+    unsafe { reduce_scatter_v_raw(ctx, T::DTYPE, op, d, s, counts, &Options::default()) }
+}
+
+/// AllToAllV: `counts` holds `2 × world` counts (sent to each rank, then received from each).
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>, counts: &cudarc::driver::CudaSlice<u64>) -> purlin::Result<()> {
+/// purlin::collective::all_to_all_v(ctx, src, dst, counts, 4096)?;
+/// # Ok(()) }
+/// ```
+pub fn all_to_all_v<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    counts: &impl DevicePtr<u64>,
+    max_count: usize,
+) -> Result<()> {
+    let counts = counts_of(ctx, counts, 2 * ctx.world() as usize, max_count)?;
+    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
+    unsafe { all_to_all_v_raw(ctx, T::DTYPE, d, s, counts, &Options::default()) }
+}
