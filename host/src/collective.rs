@@ -115,9 +115,18 @@ fn dispatch_bytes(kind: CollectiveKind, bytes: u64) -> u64 {
     bytes
 }
 
-/// Threads and shared memory of the collective kernels in the PTX of `arch`
-/// (`PURLIN_COLLECTIVE_THREADS` / `PURLIN_COLLECTIVE_SMEM_BYTES` in `purlin-kernels`).
-fn kernel_shape(arch: Arch) -> (u32, u32) {
+/// Threads and dynamic shared memory per block of a kernel that runs collectives with the
+/// native Atom of `arch`: Purlin's own (`PURLIN_COLLECTIVE_THREADS` /
+/// `PURLIN_COLLECTIVE_SMEM_BYTES` in `purlin-kernels`), and yours when you fuse a collective
+/// into your kernel (add your own shared memory after it).
+///
+/// ```
+/// use purlin::collective::kernel_shape;
+/// let (threads, smem) = kernel_shape(purlin::ptx::Arch::Sm90);
+/// assert_eq!(threads, 256);
+/// assert!(smem >= 64 << 10);
+/// ```
+pub fn kernel_shape(arch: Arch) -> (u32, u32) {
     use purlin_device::atom::{Atom, Sm70, Sm80, Sm90, Sm100};
     let (threads, smem) = match arch {
         Arch::Sm70 => (Sm70::THREADS, smem_bytes::<Sm70>()),
@@ -169,9 +178,20 @@ fn kernel_name(kind: CollectiveKind, dtype: DataType) -> &'static str {
 }
 
 impl Context {
-    /// Blocks and plan for a call: the table's (or the options'), with the mode and algorithm
-    /// applied, and the blocks capped so that every rank sharing the GPU stays resident.
-    fn plan_call(&self, kind: CollectiveKind, bytes: u64, options: &Options) -> Result<(LaunchShape, Plan)> {
+    /// The launch shape and plan of a collective call of dispatch size `bytes` (see
+    /// `purlin-tuning`): the table's (or the options'), with the mode and algorithm applied,
+    /// and the blocks capped so that the blocks of every rank sharing the GPU are resident at
+    /// once. Host-launched collectives use it; use it too for a kernel of yours that calls a
+    /// collective (put the plan in `SnacArgs::plan`, launch `shape.blocks` blocks).
+    ///
+    /// ```no_run
+    /// # fn demo(ctx: &purlin::Context) -> purlin::Result<()> {
+    /// use purlin::collective::{CollectiveKind, Options};
+    /// let (shape, plan) = ctx.plan(CollectiveKind::AllGather, 1 << 20, &Options::default())?;
+    /// assert!(shape.blocks >= 1 && plan.chunk_bytes > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn plan(&self, kind: CollectiveKind, bytes: u64, options: &Options) -> Result<(LaunchShape, Plan)> {
         let gpu = self.gpu().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
         let choice = options
             .choice
@@ -195,7 +215,7 @@ impl Context {
     /// # Safety
     /// The buffers in `call.args` are valid for the call and stay so until it has run.
     unsafe fn launch_call(&self, mut call: Call, options: &Options, bytes: u64) -> Result<()> {
-        let (shape, plan) = self.plan_call(call.kind, bytes, options)?;
+        let (shape, plan) = self.plan(call.kind, bytes, options)?;
         call.args.plan = plan;
         call.args.blocks = shape.blocks;
         let ctx = self.device_view();

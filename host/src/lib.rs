@@ -38,6 +38,7 @@ pub mod fault;
 pub mod gpu;
 pub mod launch;
 pub mod memory;
+pub mod module;
 pub mod p2p;
 pub mod ptx;
 mod symmetric;

@@ -1,0 +1,81 @@
+//! Your own PTX (a kernel crate built with [`purlin_builder`], calling Purlin's Atoms and
+//! collectives from device code), loaded on a [`Gpu`] and launched with checked shapes and
+//! typed parameters, like Purlin's own kernels.
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::launch::{KernelArgs, LaunchShape};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaModule, CudaStream, result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A module of your PTX on one GPU.
+///
+/// ```no_run
+/// # fn demo(my_ptx: &str) -> purlin::Result<()> {
+/// // `my_ptx`: e.g. include_str!(concat!(env!("OUT_DIR"), "/my_kernels.sm_90.ptx")) from a
+/// // build.rs that ran purlin_builder::Builder on your kernel crate.
+/// let gpu = purlin::Gpu::open(0)?;
+/// let module = purlin::module::Module::load(&gpu, my_ptx)?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Module {
+    gpu: Arc<Gpu>,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+impl Module {
+    /// Loads PTX text on `gpu` (the driver compiles it for the device).
+    pub fn load(gpu: &Arc<Gpu>, ptx: &str) -> Result<Self> {
+        let module = gpu.context().load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+        Ok(Self { gpu: gpu.clone(), module, functions: Mutex::new(HashMap::new()) })
+    }
+
+    /// The GPU the module is loaded on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name).map_err(|e| match e.0 {
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel { name: name.to_owned(), arch: self.gpu.arch() },
+            _ => Error::Driver(e),
+        })?;
+        f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)?;
+        functions.insert(name.to_owned(), f.clone());
+        Ok(f)
+    }
+
+    /// Launches kernel `name` with `shape` and `args` on `stream` (of this module's GPU).
+    /// Asynchronous and capturable in a CUDA graph.
+    ///
+    /// # Safety
+    /// `Args` are the kernel's parameter types in order; the kernel's requirements on its
+    /// arguments hold until it has run.
+    pub unsafe fn launch<Args: KernelArgs>(&self, stream: &CudaStream, name: &str, shape: LaunchShape, args: Args) -> Result<()> {
+        shape.check(&self.gpu.limits())?;
+        if stream.context().ordinal() != self.gpu.ordinal() {
+            return Err(Error::WrongDevice {
+                what: "stream",
+                expected: format!("GPU {}", self.gpu.ordinal()),
+                found: format!("GPU {}", stream.context().ordinal()),
+            });
+        }
+        let f = self.function(name, shape.smem_bytes)?;
+        let mut pointers = args.pointers();
+        self.gpu.context().bind_to_thread()?;
+        // SAFETY: `pointers` point into `args`, alive for the call and matching the kernel's
+        // parameters (caller's contract); the shape was checked.
+        unsafe {
+            result::launch_kernel(f.cu_function(), (shape.blocks, 1, 1), (shape.threads, 1, 1), shape.smem_bytes, stream.cu_stream(), &mut pointers)
+        }?;
+        Ok(())
+    }
+}
