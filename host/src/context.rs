@@ -71,6 +71,8 @@ pub struct Context {
     workspace: Workspace,
     stream: Option<Arc<CudaStream>>,
     poisoned: Mutex<Option<String>>,
+    /// Bounce buffer of device-to-host reads (allocated on first use).
+    pinned: Mutex<Option<crate::cuda::Pinned>>,
     released: bool,
 }
 
@@ -142,6 +144,7 @@ impl Context {
             workspace,
             stream,
             poisoned: Mutex::new(None),
+            pinned: Mutex::new(None),
             released: false,
         })
     }
@@ -301,7 +304,7 @@ impl Context {
         let at = self.view.state + LocalState::FAULT as u64;
         match &self.stream {
             // SAFETY: the fault record lies inside this rank's state allocation.
-            Some(stream) => unsafe { crate::cuda::read_bytes(stream, at, &mut record) }?,
+            Some(_) => unsafe { self.read_device(at, &mut record) }?,
             None => {
                 for (i, b) in record.iter_mut().enumerate() {
                     // SAFETY: host memory of the state allocation; volatile because emulated
@@ -318,6 +321,32 @@ impl Context {
             }
             None => Ok(()),
         }
+    }
+
+    /// Copies `dst.len()` bytes from device address `src` to the host through the context's
+    /// stream (after its queued work), and waits. Bounces through a pinned buffer, so the
+    /// thread never blocks inside a pageable copy (which would stall other ranks' copies on the
+    /// virtual node).
+    ///
+    /// # Safety
+    /// `src` is an address of this context's GPU (or mapped into it) valid for `dst.len()`
+    /// bytes.
+    pub(crate) unsafe fn read_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        let Some(stream) = &self.stream else {
+            return Err(Error::Unsupported("device reads on a host context".into()));
+        };
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let want = dst.len().clamp(4096, crate::cuda::Pinned::MAX);
+        if pinned.as_ref().is_none_or(|p| p.len() < want) {
+            *pinned = None;
+            *pinned = Some(crate::cuda::Pinned::new(stream.context(), want)?);
+        }
+        let bounce = pinned.as_mut().expect("allocated above");
+        // SAFETY: forwarded contract.
+        unsafe { crate::cuda::read_bytes(stream, src, dst, bounce) }
     }
 
     /// Waits for everything queued on the context's stream, then checks the fault record (see
@@ -400,6 +429,7 @@ impl Context {
         if let Err(e) = &synced {
             tracing::warn!(%e, rank = self.rank(), "waiting for the stream before teardown failed");
         }
+        drop(self.pinned.lock().unwrap_or_else(|e| e.into_inner()).take());
         let released = self.workspace.release();
         synced.and(released)
     }

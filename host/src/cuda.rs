@@ -6,6 +6,7 @@ use crate::gpu::Gpu;
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, result};
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 /// Bytes of a CUDA IPC memory handle.
 pub(crate) const IPC_HANDLE_BYTES: usize = 64;
@@ -146,21 +147,56 @@ pub(crate) unsafe fn stream_wait_u64(
     Ok(())
 }
 
-/// Reads the `u64` at device address `addr` through `stream` (ordered after the stream's
-/// earlier work) and waits for it.
-///
-/// # Safety
-/// `addr` is an 8-byte aligned device address this stream's device can read.
-pub(crate) unsafe fn read_u64(stream: &cudarc::driver::CudaStream, addr: u64) -> Result<u64> {
-    let mut v = [0u64];
-    stream.context().bind_to_thread()?;
-    // SAFETY: `v` outlives the copy, which is waited for before returning.
-    unsafe { result::memcpy_dtoh_async(&mut v[..], addr, stream.cu_stream()) }?;
-    stream.synchronize()?;
-    Ok(v[0])
+/// Page-locked host memory: the bounce buffer of device-to-host reads. Reads into pageable
+/// memory go through the driver's one staging buffer per context and block the calling thread
+/// inside the copy; with several ranks on one GPU (threads of one process), a read queued behind
+/// a stream wait would then stall every other rank's pageable copy — the very copies that would
+/// end the wait. Reads through pinned memory return at once and wait in `cuStreamSynchronize`.
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<CudaContext>,
 }
 
-/// Copies `dst.len()` bytes from device address `src` through `stream`, and waits.
+// SAFETY: the buffer is owned by this value; the pointer is used only through `&mut self`.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    /// The most a read bounces at once.
+    pub(crate) const MAX: usize = 4 << 20;
+
+    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
+        ctx.bind_to_thread()?;
+        // SAFETY: the context is current; `len > 0`.
+        let ptr = unsafe { result::malloc_host(len.max(1), 0) }? as *mut u8;
+        Ok(Self {
+            ptr,
+            len: len.max(1),
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let freed = self.ctx.bind_to_thread().and_then(|()| {
+            // SAFETY: allocated by `malloc_host` in `new`; nothing reads it any more (every read
+            // waited for its copy).
+            unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) }
+        });
+        if let Err(e) = freed {
+            tracing::warn!(%e, "freeing a pinned bounce buffer failed");
+        }
+    }
+}
+
+/// Copies `dst.len()` bytes from device address `src` through `stream` (ordered after the
+/// stream's earlier work), bouncing through `pinned`, and waits.
 ///
 /// # Safety
 /// `src` is a device address valid for `dst.len()` bytes.
@@ -168,13 +204,17 @@ pub(crate) unsafe fn read_bytes(
     stream: &cudarc::driver::CudaStream,
     src: u64,
     dst: &mut [u8],
+    pinned: &mut Pinned,
 ) -> Result<()> {
-    if dst.is_empty() {
-        return Ok(());
-    }
     stream.context().bind_to_thread()?;
-    // SAFETY: `dst` outlives the copy, which is waited for before returning.
-    unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }?;
-    stream.synchronize()?;
+    for (i, piece) in dst.chunks_mut(pinned.len).enumerate() {
+        // SAFETY: `pinned` owns `len >= piece.len()` bytes, borrowed mutably.
+        let bounce = unsafe { std::slice::from_raw_parts_mut(pinned.ptr, piece.len()) };
+        let from = src + (i * pinned.len) as u64;
+        // SAFETY: `bounce` outlives the copy, which is waited for before it is read.
+        unsafe { result::memcpy_dtoh_async(bounce, from, stream.cu_stream()) }?;
+        stream.synchronize()?;
+        piece.copy_from_slice(bounce);
+    }
     Ok(())
 }

@@ -209,7 +209,7 @@ pub fn check_pointer(what: &'static str, addr: u64, align: u64) -> Result<()> {
     if addr == 0 {
         return Err(Error::NullPointer { what });
     }
-    if addr % align != 0 {
+    if !addr.is_multiple_of(align) {
         return Err(Error::Misaligned { what, addr, align });
     }
     Ok(())

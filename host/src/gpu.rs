@@ -29,9 +29,12 @@ pub struct Gpu {
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
+/// Loaded GPUs by (ordinal, architecture).
+type Registry = Mutex<HashMap<(usize, Arch), Arc<Gpu>>>;
+
 /// Loaded GPUs, one per (ordinal, architecture): module loading happens once per device.
-fn registry() -> &'static Mutex<HashMap<(usize, Arch), Arc<Gpu>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<(usize, Arch), Arc<Gpu>>>> = OnceLock::new();
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
 }
 
@@ -125,7 +128,8 @@ impl Gpu {
         )? as u32;
         use cudarc::driver::sys::CUdevice_attribute as A;
         let limits = DeviceLimits {
-            max_threads_per_block: context.attribute(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?
+            max_threads_per_block: context
+                .attribute(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?
                 as u32,
             max_smem_per_block: context
                 .attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?

@@ -319,7 +319,7 @@ impl Span {
         buf: &impl cudarc::driver::DevicePtr<T>,
         stream: &cudarc::driver::CudaStream,
     ) -> Self {
-        let bytes = buf.num_bytes() as u64;
+        let bytes = cudarc::driver::DeviceSlice::num_bytes(buf) as u64;
         // Purlin disables cudarc's event tracking, so the guard records nothing.
         let (addr, _guard) = buf.device_ptr(stream);
         Self::new(addr, bytes)

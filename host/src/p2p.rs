@@ -85,13 +85,14 @@ impl Window {
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub fn new(ctx: &Context, bytes: u64) -> Result<Window> {
-        let signal_offset = bytes
-            .checked_add(255)
-            .map(|b| b & !255)
-            .ok_or_else(|| Error::InvalidArgument {
-                what: "bytes",
-                reason: format!("a window of {bytes} bytes overflows"),
-            })?;
+        let signal_offset =
+            bytes
+                .checked_add(255)
+                .map(|b| b & !255)
+                .ok_or_else(|| Error::InvalidArgument {
+                    what: "bytes",
+                    reason: format!("a window of {bytes} bytes overflows"),
+                })?;
         let total = signal_offset + (MAX_RANKS * 8) as u64;
         let ws = ctx.workspace();
         let sym = Symmetric::new(ws.bootstrap().clone(), ws.allocator().clone(), total)?;
@@ -347,8 +348,12 @@ impl Window {
         self.check_context(ctx)?;
         let addr = self.signal_addr(self.rank(), from)?;
         match ctx.stream() {
-            // SAFETY: an aligned word of this rank's window.
-            Some(stream) => unsafe { cuda::read_u64(stream, addr) },
+            Some(_) => {
+                let mut word = [0u8; 8];
+                // SAFETY: an aligned word of this rank's window.
+                unsafe { ctx.read_device(addr, &mut word) }?;
+                Ok(u64::from_le_bytes(word))
+            }
             // SAFETY: as in `signal`.
             None => Ok(unsafe { AtomicU64::from_ptr(addr as *mut u64) }.load(Ordering::Acquire)),
         }
@@ -389,7 +394,12 @@ impl Window {
 
     /// Makes the context's stream wait until `from` has signalled at least `value` (GPU only;
     /// stream-ordered and capturable, but unbounded: prefer [`wait`](Window::wait) where a
-    /// missing peer is possible).
+    /// missing peer is possible). On the virtual node, do not block the host thread in a
+    /// copy to or from *pageable* host memory queued behind this wait (`stream.clone_dtoh`,
+    /// say): the driver's pageable staging is shared by the process, so other ranks' pageable
+    /// copies — perhaps the ones that lead to the signal — stall behind it. Purlin's own reads
+    /// ([`read_local`](Window::read_local), [`signal_value`](Window::signal_value)) bounce
+    /// through pinned memory and are safe.
     ///
     /// ```no_run
     /// # use purlin::{bootstrap::*, memory::DeviceAllocator, workspace::*, Context, p2p::Window};
@@ -435,7 +445,7 @@ impl Window {
         let src = self.sym.local() + offset;
         match ctx.stream() {
             // SAFETY: the range lies inside this rank's window (checked).
-            Some(stream) => unsafe { cuda::read_bytes(stream, src, dst) },
+            Some(_) => unsafe { ctx.read_device(src, dst) },
             None => {
                 // SAFETY: host memory of this rank's window (checked range); the caller has
                 // waited for the writer's signal.

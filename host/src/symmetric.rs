@@ -88,7 +88,11 @@ impl Announcement {
 /// Every rank's status of one collective step: `Ok` if all succeeded, else this rank's own
 /// error if it failed, else the first failed rank.
 fn agree(bootstrap: &dyn Bootstrap, mine: Result<()>, step: &'static str) -> Result<()> {
-    let status = if mine.is_ok() { STATUS_OK } else { STATUS_FAILED };
+    let status = if mine.is_ok() {
+        STATUS_OK
+    } else {
+        STATUS_FAILED
+    };
     let all = bootstrap.all_gather(&status.to_le_bytes());
     mine?;
     let all = all?;
@@ -209,14 +213,25 @@ impl Symmetric {
                         addrs.push(addr);
                         continue;
                     }
-                    addrs.push(map_peer(&*bootstrap, gpu.as_deref(), me, p, r, &mut imported)?);
+                    addrs.push(map_peer(
+                        &*bootstrap,
+                        gpu.as_deref(),
+                        me,
+                        p,
+                        r,
+                        &mut imported,
+                    )?);
                 }
                 Ok(addrs)
             })(),
         };
 
         // 3. Agree that every rank mapped every peer; undo everything otherwise.
-        let status = agree(&*bootstrap, mapped.as_ref().map(drop).map_err(clone_err), "peer mapping");
+        let status = agree(
+            &*bootstrap,
+            mapped.as_ref().map(drop).map_err(clone_err),
+            "peer mapping",
+        );
         match (mapped, status) {
             (Ok(addrs), Ok(())) => Ok(Self {
                 bootstrap,
@@ -278,7 +293,10 @@ impl Symmetric {
         if let Some(gpu) = &self.gpu {
             for base in self.imported.drain(..) {
                 // SAFETY: mapped by `new`; the owner (context or window) is being torn down.
-                note(unsafe { cuda::ipc_close(gpu, base) }, "closing an IPC mapping");
+                note(
+                    unsafe { cuda::ipc_close(gpu, base) },
+                    "closing an IPC mapping",
+                );
             }
         }
         // No rank frees its buffer while a peer may still read or write it.

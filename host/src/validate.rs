@@ -57,7 +57,12 @@ pub fn check_world(world: u32) -> Result<()> {
 /// assert!(matches!(check_membership(1, 2, 1, 4), Err(Error::WorldMismatch { world: 2, bootstrap: 4 })));
 /// assert!(matches!(check_membership(0, 4, 1, 4), Err(Error::InvalidArgument { what: "rank", .. })));
 /// ```
-pub fn check_membership(rank: u32, world: u32, bootstrap_rank: u32, bootstrap_world: u32) -> Result<()> {
+pub fn check_membership(
+    rank: u32,
+    world: u32,
+    bootstrap_rank: u32,
+    bootstrap_world: u32,
+) -> Result<()> {
     check_world(world)?;
     check_rank(rank, world)?;
     if world != bootstrap_world {
@@ -83,7 +88,7 @@ pub fn check_membership(rank: u32, world: u32, bootstrap_rank: u32, bootstrap_wo
 /// assert!(matches!(check_count(6, 4), Err(Error::PartialElement { bytes: 6, elem_size: 4 })));
 /// ```
 pub fn check_count(bytes: u64, elem_size: usize) -> Result<u64> {
-    if elem_size == 0 || bytes % elem_size as u64 != 0 {
+    if elem_size == 0 || !bytes.is_multiple_of(elem_size as u64) {
         return Err(Error::PartialElement { bytes, elem_size });
     }
     Ok(bytes / elem_size as u64)
@@ -138,7 +143,7 @@ pub fn check_buffer(what: &'static str, span: Span, needed: u64, align: u64) -> 
 /// assert!(matches!(check_range("window", 17, 16, 32), Err(Error::BufferTooSmall { needed: 33, .. })));
 /// ```
 pub fn check_range(what: &'static str, offset: u64, bytes: u64, size: u64) -> Result<()> {
-    let needed = offset.checked_add(bytes).unwrap_or(u64::MAX);
+    let needed = offset.saturating_add(bytes);
     if needed > size {
         return Err(Error::BufferTooSmall {
             what,

@@ -86,13 +86,16 @@ impl WorkspaceRequirements {
     /// ```
     pub fn check(&self) -> Result<()> {
         let bad = |what, reason: String| Err(Error::InvalidRequirements { what, reason });
-        if self.staging_half_bytes == 0 || self.staging_half_bytes % 16 != 0 {
+        if self.staging_half_bytes == 0 || !self.staging_half_bytes.is_multiple_of(16) {
             return bad(
                 "staging_half_bytes",
-                format!("{} is not a positive multiple of 16", self.staging_half_bytes),
+                format!(
+                    "{} is not a positive multiple of 16",
+                    self.staging_half_bytes
+                ),
             );
         }
-        if self.latency_window_bytes < 32 || self.latency_window_bytes % 16 != 0 {
+        if self.latency_window_bytes < 32 || !self.latency_window_bytes.is_multiple_of(16) {
             return bad(
                 "latency_window_bytes",
                 format!(
@@ -123,7 +126,27 @@ impl WorkspaceRequirements {
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub fn signal_offset(&self, world: u32) -> Result<u64> {
-        align_up(self.layout(world).staging_bytes(), PART_ALIGN)
+        align_up(self.staging_bytes(world)?, PART_ALIGN)
+    }
+
+    /// Bytes of the staging slab for `world` ranks (as
+    /// [`WorkspaceLayout::staging_bytes`], refusing sizes that overflow).
+    ///
+    /// ```
+    /// use purlin::workspace::WorkspaceRequirements;
+    /// let req = WorkspaceRequirements::small();
+    /// assert_eq!(req.staging_bytes(4)?, req.layout(4).staging_bytes());
+    /// let huge = WorkspaceRequirements { staging_half_bytes: u64::MAX / 2, ..req };
+    /// assert!(huge.staging_bytes(4).is_err());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn staging_bytes(&self, world: u32) -> Result<u64> {
+        let throughput = self.staging_half_bytes.checked_mul(2);
+        let latency = self.latency_window_bytes.checked_mul(2 * world as u64);
+        throughput
+            .zip(latency)
+            .and_then(|(t, l)| t.checked_add(l))
+            .ok_or_else(|| overflow("staging"))
     }
 
     /// Bytes of the symmetric slab (staging, then signals) for `world` ranks.
@@ -220,12 +243,20 @@ impl Workspace {
     /// })?;
     /// # Ok::<(), purlin::Error>(())
     /// ```
-    pub fn new<B, A>(bootstrap: &B, allocator: A, requirements: WorkspaceRequirements) -> Result<Self>
+    pub fn new<B, A>(
+        bootstrap: &B,
+        allocator: A,
+        requirements: WorkspaceRequirements,
+    ) -> Result<Self>
     where
         B: Bootstrap + Clone + 'static,
         A: Allocator + 'static,
     {
-        Self::with_shared(Arc::new(bootstrap.clone()), Arc::new(allocator), requirements)
+        Self::with_shared(
+            Arc::new(bootstrap.clone()),
+            Arc::new(allocator),
+            requirements,
+        )
     }
 
     /// As [`new`](Workspace::new), with shared trait objects.
@@ -435,7 +466,7 @@ impl Workspace {
     }
 
     /// This rank's local state (epochs, counters, fault record: see
-    /// [`LocalState`](purlin_device::context::LocalState)).
+    /// [`LocalState`]).
     ///
     /// ```
     /// # use purlin::{bootstrap::InProcess, memory::HostAllocator, workspace::*};
@@ -468,11 +499,7 @@ impl Workspace {
         let state = match self.state.take() {
             // SAFETY: allocated in `with_shared` with these bytes; the barrier above means
             // no rank runs work of this workspace any more.
-            Some(addr) => unsafe {
-                self.slab
-                    .allocator
-                    .free(addr, self.layout().state_bytes())
-            },
+            Some(addr) => unsafe { self.slab.allocator.free(addr, self.layout().state_bytes()) },
             None => Ok(()),
         };
         if let Err(e) = &state {

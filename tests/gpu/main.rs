@@ -3,3 +3,4 @@
 //! machine without Rust from the bundle `scripts/gpu-bundle.sh` builds.
 
 mod atoms;
+mod host;

@@ -268,7 +268,9 @@ pub fn run_in_process<T: Send>(
             .enumerate()
             .map(|(rank, h)| match h {
                 Ok(h) => h.join().unwrap_or_else(|_| {
-                    Err(Error::Bootstrap(format!("the thread of rank {rank} panicked")))
+                    Err(Error::Bootstrap(format!(
+                        "the thread of rank {rank} panicked"
+                    )))
                 }),
                 Err(e) => Err(Error::Bootstrap(format!(
                     "cannot start the thread of rank {rank}: {e}"

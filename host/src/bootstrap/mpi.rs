@@ -70,9 +70,10 @@ impl Mpi {
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub fn init() -> Result<Mpi> {
-        let (universe, level) = mpi::initialize_with_threading(Threading::Multiple).ok_or_else(
-            || Error::Bootstrap("MPI is already initialized: use Mpi::from_initialized".into()),
-        )?;
+        let (universe, level) =
+            mpi::initialize_with_threading(Threading::Multiple).ok_or_else(|| {
+                Error::Bootstrap("MPI is already initialized: use Mpi::from_initialized".into())
+            })?;
         if level < Threading::Serialized {
             return Err(Error::Bootstrap(format!(
                 "the MPI library gives thread level {level:?}; Purlin needs Serialized or better"
