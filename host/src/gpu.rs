@@ -40,12 +40,21 @@ fn registry() -> &'static Registry {
 
 impl Gpu {
     /// Whether the NVIDIA driver library can be loaded on this machine.
+    /// ```
+    /// if !purlin::Gpu::driver_present() {
+    ///     println!("no NVIDIA driver: the CPU emulation only");
+    /// }
+    /// ```
     pub fn driver_present() -> bool {
         // SAFETY: only tries to dlopen the driver library.
         unsafe { cudarc::driver::sys::is_culib_present() }
     }
 
     /// Number of GPUs (0 when there is no driver).
+    /// ```
+    /// let gpus = purlin::Gpu::count()?; // 0 without a driver
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn count() -> Result<usize> {
         if !Self::driver_present() {
             return Ok(0);
@@ -54,12 +63,26 @@ impl Gpu {
     }
 
     /// GPU `ordinal` with the PTX of the newest architecture it can run.
+    /// ```
+    /// match purlin::Gpu::open(0) {
+    ///     Ok(gpu) => println!("{}", gpu.name()),
+    ///     Err(purlin::Error::NoDriver | purlin::Error::NoDevice { .. }) => println!("no GPU"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
         Self::open_with(ordinal, None)
     }
 
     /// GPU `ordinal` with the PTX of `arch` (older PTX runs through the driver's JIT); an
     /// architecture newer than the device is refused.
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// let sm80 = purlin::Gpu::open_arch(0, purlin::ptx::Arch::Sm80)?; // Ampere code on any newer GPU
+    /// assert_eq!(sm80.arch(), purlin::ptx::Arch::Sm80);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn open_arch(ordinal: usize, arch: Arch) -> Result<Arc<Gpu>> {
         Self::open_with(ordinal, Some(arch))
     }
@@ -153,26 +176,51 @@ impl Gpu {
     }
 
     /// The device ordinal.
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// assert_eq!(gpu.ordinal(), 0);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
 
     /// The CUDA context (the device's primary context).
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// let (free, total) = gpu.context().mem_get_info()?;
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.context
     }
 
     /// The architecture of the loaded PTX.
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// println!("running {} code", gpu.arch());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn arch(&self) -> Arch {
         self.arch
     }
 
     /// Compute capability as `major * 10 + minor` (90 for Hopper).
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// assert!(gpu.compute_capability() >= 70);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn compute_capability(&self) -> u32 {
         self.compute_capability
     }
 
     /// Streaming multiprocessors.
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// let blocks = 2 * gpu.sm_count();
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn sm_count(&self) -> u32 {
         self.sm_count
     }
@@ -189,17 +237,33 @@ impl Gpu {
     }
 
     /// The device name.
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// println!("{}", gpu.name());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// A new stream on this GPU.
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// let stream = gpu.new_stream()?;
+    /// stream.synchronize()?;
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
         Ok(self.context.new_stream()?)
     }
 
     /// Kernel `name` of the loaded PTX, allowed `smem_bytes` of dynamic shared memory
     /// (cached; the shared-memory limit is raised once per kernel).
+    /// ```no_run
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// let f = gpu.function("purlin_atom_copy_sm70", 0)?;
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     pub fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = functions.get(name) {

@@ -83,6 +83,11 @@ unsafe impl KernelArg for purlin_device::atom::ReduceSources {}
 /// ```
 pub unsafe trait KernelArgs {
     /// A pointer to each parameter, in order, as `cuLaunchKernel` takes them.
+    /// ```
+    /// use purlin::launch::KernelArgs;
+    /// let args = (7u32,);
+    /// assert_eq!(args.pointers()[0], &args.0 as *const u32 as *mut std::ffi::c_void);
+    /// ```
     fn pointers(&self) -> Vec<*mut c_void>;
 }
 

@@ -96,9 +96,24 @@ impl fmt::Display for Memory {
 /// ```
 pub unsafe trait Allocator: Send + Sync + fmt::Debug {
     /// Where this allocator's memory lives.
+    /// ```
+    /// use purlin::memory::{Allocator, HostAllocator, Memory};
+    /// let a = HostAllocator::new();
+    /// assert_eq!(a.memory(), Memory::Host);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn memory(&self) -> Memory;
 
     /// `bytes` zeroed bytes (`bytes > 0`), aligned to at least [`MIN_ALIGN`].
+    /// ```
+    /// use purlin::memory::{Allocator, HostAllocator, Memory};
+    /// let a = HostAllocator::new();
+    /// let p = a.allocate(32)?;
+    /// assert_eq!(p % 16, 0);
+    /// // SAFETY: `p` came from `a.allocate(32)`.
+    /// unsafe { a.free(p, 32)? };
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn allocate(&self, bytes: u64) -> Result<u64>;
 
     /// Returns a buffer.
@@ -106,10 +121,24 @@ pub unsafe trait Allocator: Send + Sync + fmt::Debug {
     /// # Safety
     /// `addr` and `bytes` are those of a live allocation of this allocator, and nothing uses
     /// the buffer any more (no kernel in flight reads or writes it).
+    /// ```
+    /// use purlin::memory::{Allocator, HostAllocator, Memory};
+    /// let a = HostAllocator::new();
+    /// let p = a.allocate(32)?;
+    /// // SAFETY: `p` came from `a.allocate(32)` and nothing uses it.
+    /// unsafe { a.free(p, 32)? };
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     unsafe fn free(&self, addr: u64, bytes: u64) -> Result<()>;
 
     /// The GPU of a [`Memory::Device`] allocator, with Purlin's kernels loaded; `None` for host
     /// memory. The default opens `Gpu::open(ordinal)`.
+    /// ```
+    /// use purlin::memory::{Allocator, HostAllocator, Memory};
+    /// let a = HostAllocator::new();
+    /// assert!(a.gpu()?.is_none());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn gpu(&self) -> Result<Option<Arc<Gpu>>> {
         match self.memory() {
             Memory::Host => Ok(None),

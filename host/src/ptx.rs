@@ -5,6 +5,10 @@ pub use purlin_builder::Arch;
 use std::sync::OnceLock;
 
 /// The embedded PTX of one architecture.
+/// ```
+/// let ptx = purlin::ptx::kernels(purlin::ptx::Arch::Sm80);
+/// assert_eq!(ptx.arch, purlin::ptx::Arch::Sm80);
+/// ```
 #[derive(Debug)]
 pub struct EmbeddedPtx {
     /// The architecture it targets.
@@ -15,6 +19,10 @@ pub struct EmbeddedPtx {
 
 impl EmbeddedPtx {
     /// The PTX text (decompressed once, on first use).
+    /// ```
+    /// let text = purlin::ptx::kernels(purlin::ptx::Arch::Sm70).text();
+    /// assert!(text.contains("purlin_atom_copy_sm70"));
+    /// ```
     pub fn text(&self) -> &str {
         self.text.get_or_init(|| {
             let bytes = miniz_oxide::inflate::decompress_to_vec(self.compressed)

@@ -45,19 +45,48 @@ pub use self::mpi::Mpi;
 /// ```
 pub trait Bootstrap: Send + Sync + fmt::Debug {
     /// This rank, in `0..world()`.
+    /// ```
+    /// use purlin::bootstrap::{Bootstrap, InProcess};
+    /// let ranks = InProcess::group(2)?;
+    /// assert_eq!(ranks[1].rank(), 1);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn rank(&self) -> u32;
 
     /// Ranks in the group.
+    /// ```
+    /// use purlin::bootstrap::{Bootstrap, InProcess};
+    /// let ranks = InProcess::group(2)?;
+    /// assert_eq!(ranks[0].world(), 2);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn world(&self) -> u32;
 
     /// Whether every rank runs in this process, so addresses can be shared as they are (else
     /// device buffers are shared through CUDA IPC handles).
+    /// ```
+    /// use purlin::bootstrap::{Bootstrap, InProcess};
+    /// let ranks = InProcess::group(2)?;
+    /// assert!(ranks[0].same_process());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn same_process(&self) -> bool;
 
     /// Every rank's `data`, in rank order. Each rank may contribute a different length.
+    /// ```
+    /// use purlin::bootstrap::{Bootstrap, run_in_process};
+    /// let all = run_in_process(2, |b| b.all_gather(&[b.rank() as u8 + 10]))?;
+    /// assert_eq!(all[0], vec![vec![10], vec![11]]);
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
 
     /// Returns once every rank has called it.
+    /// ```
+    /// use purlin::bootstrap::{Bootstrap, run_in_process};
+    /// run_in_process(3, |b| b.barrier())?;
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
     fn barrier(&self) -> Result<()> {
         self.all_gather(&[]).map(drop)
     }
