@@ -4,3 +4,4 @@
 
 mod atoms;
 mod host;
+mod collectives;
