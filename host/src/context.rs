@@ -73,6 +73,9 @@ pub struct Context {
     poisoned: Mutex<Option<String>>,
     /// Bounce buffer of device-to-host reads (allocated on first use).
     pinned: Mutex<Option<crate::cuda::Pinned>>,
+    /// A private stream and bounce buffer for polls that must not queue behind the context's
+    /// stream (allocated on first use).
+    side: Mutex<Option<(Arc<CudaStream>, crate::cuda::Pinned)>>,
     released: bool,
 }
 
@@ -145,6 +148,7 @@ impl Context {
             stream,
             poisoned: Mutex::new(None),
             pinned: Mutex::new(None),
+            side: Mutex::new(None),
             released: false,
         })
     }
@@ -349,6 +353,33 @@ impl Context {
         unsafe { crate::cuda::read_bytes(stream, src, dst, bounce) }
     }
 
+    /// Reads a few bytes (at most 4 KiB) from device address `src` *now*, through a private
+    /// stream: not ordered after the context's stream, so a poll stays bounded whatever is
+    /// queued there (a stream wait, a long kernel).
+    ///
+    /// # Safety
+    /// As [`read_device`](Context::read_device).
+    pub(crate) unsafe fn poll_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        let Some(stream) = &self.stream else {
+            return Err(Error::Unsupported("device reads on a host context".into()));
+        };
+        if dst.len() > 4096 {
+            return Err(Error::InvalidArgument {
+                what: "dst",
+                reason: "a poll reads at most 4 KiB".into(),
+            });
+        }
+        let mut side = self.side.lock().unwrap_or_else(|e| e.into_inner());
+        if side.is_none() {
+            let s = stream.context().new_stream()?;
+            let p = crate::cuda::Pinned::new(stream.context(), 4096)?;
+            *side = Some((s, p));
+        }
+        let (s, bounce) = side.as_mut().expect("created above");
+        // SAFETY: forwarded contract.
+        unsafe { crate::cuda::read_bytes(s, src, dst, bounce) }
+    }
+
     /// Waits for everything queued on the context's stream, then checks the fault record (see
     /// [`check_fault`](Context::check_fault)).
     ///
@@ -430,6 +461,10 @@ impl Context {
             tracing::warn!(%e, rank = self.rank(), "waiting for the stream before teardown failed");
         }
         drop(self.pinned.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let side = self.side.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(Err(e)) = side.map(|(stream, _pinned)| stream.synchronize()) {
+            tracing::warn!(%e, "waiting for the poll stream before teardown failed");
+        }
         let released = self.workspace.release();
         synced.and(released)
     }

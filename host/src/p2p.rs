@@ -333,8 +333,9 @@ impl Window {
         }
     }
 
-    /// The current value of this rank's signal word written by `from` (after the stream's
-    /// queued work, on a GPU).
+    /// The current value of this rank's signal word written by `from`, read now (on a GPU
+    /// through a private stream, not after the context's queued work, so it never blocks
+    /// behind a stream wait or a running kernel).
     ///
     /// ```
     /// # use purlin::{bootstrap::*, memory::HostAllocator, workspace::*, Context, p2p::Window};
@@ -351,7 +352,7 @@ impl Window {
             Some(_) => {
                 let mut word = [0u8; 8];
                 // SAFETY: an aligned word of this rank's window.
-                unsafe { ctx.read_device(addr, &mut word) }?;
+                unsafe { ctx.poll_device(addr, &mut word) }?;
                 Ok(u64::from_le_bytes(word))
             }
             // SAFETY: as in `signal`.

@@ -111,10 +111,11 @@ fn p2p_two_ranks(
                     ctx.synchronize()?;
                 } else {
                     if stream_wait {
+                        // Stream-ordered; the bounded host wait below turns a stall into an
+                        // error instead of a hang (it polls on a private stream).
                         window.wait_on_stream(&ctx, 0, seq)?;
-                    } else {
-                        window.wait(&ctx, 0, seq, WAIT)?;
                     }
+                    window.wait(&ctx, 0, seq, WAIT)?;
                     let mut got = vec![0u8; bytes];
                     window.read_local(&ctx, 0, &mut got)?;
                     let wrong = got
