@@ -40,8 +40,12 @@ fn time_ms(stream: &Arc<CudaStream>, runs: usize, mut f: impl FnMut()) -> f64 {
     }
     let mut times: Vec<f64> = (0..runs)
         .map(|_| {
-            let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
+            let start = ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .unwrap();
+            let end = ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .unwrap();
             start.record(stream).unwrap();
             f();
             end.record(stream).unwrap();
@@ -62,7 +66,11 @@ fn addr(buf: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
 fn grid(gpu: &Gpu, atom: AtomKind, kernel: &str, waves: u32) -> u32 {
     let f = gpu.function(kernel, atom.smem_bytes()).unwrap();
     let per_sm = f
-        .occupancy_max_active_blocks_per_multiprocessor(atom.threads(), atom.smem_bytes() as usize, None)
+        .occupancy_max_active_blocks_per_multiprocessor(
+            atom.threads(),
+            atom.smem_bytes() as usize,
+            None,
+        )
         .unwrap_or(1)
         .max(1);
     per_sm * gpu.sm_count() * waves
@@ -78,8 +86,15 @@ fn main() -> Result<(), purlin::Error> {
         }
     };
     let stream = gpu.new_stream()?;
-    println!("# Atom benchmark on {} ({} SMs, {} PTX)\n", gpu.name(), gpu.sm_count(), gpu.arch());
-    println!("| operation | Atom | blocks | layout | bytes moved | median time (us) | TB/s | vs cuMemcpyDtoD |");
+    println!(
+        "# Atom benchmark on {} ({} SMs, {} PTX)\n",
+        gpu.name(),
+        gpu.sm_count(),
+        gpu.arch()
+    );
+    println!(
+        "| operation | Atom | blocks | layout | bytes moved | median time (us) | TB/s | vs cuMemcpyDtoD |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
 
     // Copy: non-zero data so nothing is special-cased.
@@ -93,17 +108,43 @@ fn main() -> Result<(), purlin::Error> {
         unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, n, stream.cu_stream()) }.unwrap();
     });
     let memcpy_tbs = moved / memcpy_ms / 1e9;
-    println!("| copy {} MiB | cuMemcpyDtoD | - | - | {} | {:.1} | {:.3} | 1.000 |", n >> 20, 2 * n, memcpy_ms * 1e3, memcpy_tbs);
+    println!(
+        "| copy {} MiB | cuMemcpyDtoD | - | - | {} | {:.1} | {:.3} | 1.000 |",
+        n >> 20,
+        2 * n,
+        memcpy_ms * 1e3,
+        memcpy_tbs
+    );
     for atom in AtomKind::available_in(gpu.arch()) {
-        for (waves, layout) in [1, 2, 4].into_iter().flat_map(|w| GridLayout::ALL.map(|l| (w, l))) {
-            let blocks = grid(&gpu, atom, &format!("purlin_atom_copy_{}", atom.name()), waves);
-            let launch = Launch { atom, blocks, layout };
+        for (waves, layout) in [1, 2, 4]
+            .into_iter()
+            .flat_map(|w| GridLayout::ALL.map(|l| (w, l)))
+        {
+            let blocks = grid(
+                &gpu,
+                atom,
+                &format!("purlin_atom_copy_{}", atom.name()),
+                waves,
+            );
+            let launch = Launch {
+                atom,
+                blocks,
+                layout,
+            };
             let ms = time_ms(&stream, args.runs, || {
                 // SAFETY: both allocations hold `n` bytes.
                 unsafe { atom::copy(&gpu, &stream, launch, d, s, n as u64) }.unwrap();
             });
             let tbs = moved / ms / 1e9;
-            println!("| copy {} MiB | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |", n >> 20, atom.name(), 2 * n, ms * 1e3, tbs, tbs / memcpy_tbs);
+            println!(
+                "| copy {} MiB | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |",
+                n >> 20,
+                atom.name(),
+                2 * n,
+                ms * 1e3,
+                tbs,
+                tbs / memcpy_tbs
+            );
         }
     }
     drop((src, dst));
@@ -114,7 +155,11 @@ fn main() -> Result<(), purlin::Error> {
     let inputs: Vec<CudaSlice<u8>> = (0..k)
         .map(|j| {
             let host: Vec<u8> = (0..count)
-                .flat_map(|i| half::bf16::from_f32(((i * 7 + j * 3) % 17) as f32 * 0.5).to_bits().to_le_bytes())
+                .flat_map(|i| {
+                    half::bf16::from_f32(((i * 7 + j * 3) % 17) as f32 * 0.5)
+                        .to_bits()
+                        .to_le_bytes()
+                })
                 .collect();
             stream.clone_htod(&host)
         })
@@ -124,16 +169,47 @@ fn main() -> Result<(), purlin::Error> {
     let o = addr(&out, &stream);
     let moved = ((k + 1) * bytes) as f64;
     for atom in AtomKind::available_in(gpu.arch()) {
-        for (waves, layout) in [1, 2, 4].into_iter().flat_map(|w| GridLayout::ALL.map(|l| (w, l))) {
-            let blocks = grid(&gpu, atom, &format!("purlin_atom_reduce_{}_bfloat16", atom.name()), waves);
-            let launch = Launch { atom, blocks, layout };
+        for (waves, layout) in [1, 2, 4]
+            .into_iter()
+            .flat_map(|w| GridLayout::ALL.map(|l| (w, l)))
+        {
+            let blocks = grid(
+                &gpu,
+                atom,
+                &format!("purlin_atom_reduce_{}_bfloat16", atom.name()),
+                waves,
+            );
+            let launch = Launch {
+                atom,
+                blocks,
+                layout,
+            };
             let ms = time_ms(&stream, args.runs, || {
                 // SAFETY: every allocation holds `count` bf16.
-                unsafe { atom::reduce(&gpu, &stream, launch, DataType::Bf16, ReduceOpKind::Sum, o, &srcs, count as u64) }
-                    .unwrap();
+                unsafe {
+                    atom::reduce(
+                        &gpu,
+                        &stream,
+                        launch,
+                        DataType::Bf16,
+                        ReduceOpKind::Sum,
+                        o,
+                        &srcs,
+                        count as u64,
+                    )
+                }
+                .unwrap();
             });
             let tbs = moved / ms / 1e9;
-            println!("| bf16 {k}-to-1 reduce, {} MiB inputs | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |", bytes >> 20, atom.name(), (k + 1) * bytes, ms * 1e3, tbs, tbs / memcpy_tbs);
+            println!(
+                "| bf16 {k}-to-1 reduce, {} MiB inputs | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |",
+                bytes >> 20,
+                atom.name(),
+                (k + 1) * bytes,
+                ms * 1e3,
+                tbs,
+                tbs / memcpy_tbs
+            );
         }
     }
     Ok(())

@@ -15,13 +15,18 @@ summary=$logs/summary.txt
 echo "commit $(cat "$here/COMMIT" 2>/dev/null)" | tee -a "$summary"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu /' | tee -a "$summary"
 status=0
-for t in "$here"/bin/test-*; do
+# The GPU suite is the test-gpu binary (CPU tests are CI's); each binary gets a time bound.
+for t in "$here"/bin/test-gpu "$here"/bin/example-*; do
+  [ -x "$t" ] || continue
   name=$(basename "$t")
   start=$(date +%s)
-  "$t" --test-threads=1 $filter >"$logs/$name.log" 2>&1
+  case $name in
+    test-*) timeout "${PURLIN_GPU_TEST_TIMEOUT:-420}" "$t" --test-threads=1 $filter >"$logs/$name.log" 2>&1 ;;
+    *) timeout 120 "$t" >"$logs/$name.log" 2>&1 ;;
+  esac
   rc=$?
   secs=$(( $(date +%s) - start ))
-  res=$(grep -E '^test result:' "$logs/$name.log" | tail -1)
+  res=$(grep -E '^test result:|^OK' "$logs/$name.log" | tail -1)
   skipped=$(grep -c '^SKIPPED' "$logs/$name.log")
   echo "$name rc=$rc ${secs}s skipped=$skipped $res" | tee -a "$summary"
   grep -E '^test .* FAILED|panicked' "$logs/$name.log" | head -5 | tee -a "$summary"

@@ -228,7 +228,10 @@ fn check_span_copy<A: Atom>(blocks: u32, threads: u32) {
         let src = Buffer::from_bytes(&src);
         let mut dst = Buffer::filled(bytes, POISON);
         let mut smems: Vec<Buffer> = (0..blocks).map(|_| smem_for::<A>()).collect();
-        let smem_ptrs: Vec<Shared<*mut u8>> = smems.iter_mut().map(|m| Shared(m.0.as_mut_ptr().cast::<u8>())).collect();
+        let smem_ptrs: Vec<Shared<*mut u8>> = smems
+            .iter_mut()
+            .map(|m| Shared(m.0.as_mut_ptr().cast::<u8>()))
+            .collect();
         let p = Shared((dst.0.as_mut_ptr().cast::<u8>(), src.0.as_ptr().cast::<u8>()));
         std::thread::scope(|s| {
             for b in 0..blocks {
@@ -243,7 +246,11 @@ fn check_span_copy<A: Atom>(blocks: u32, threads: u32) {
                 }
             }
         });
-        assert!(dst.bytes() == src.bytes(), "{} span copy of {bytes} bytes, {blocks} blocks x {threads}", A::NAME);
+        assert!(
+            dst.bytes() == src.bytes(),
+            "{} span copy of {bytes} bytes, {blocks} blocks x {threads}",
+            A::NAME
+        );
     }
 }
 

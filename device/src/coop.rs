@@ -34,28 +34,48 @@ impl Coop {
     /// The whole block: `index = threadIdx.x`, `size = blockDim.x` (one thread on the host).
     #[inline(always)]
     pub fn block() -> Self {
-        Self { index: arch::thread_index(), size: arch::block_threads(), whole_block: true, blocks: 1 }
+        Self {
+            index: arch::thread_index(),
+            size: arch::block_threads(),
+            whole_block: true,
+            blocks: 1,
+        }
     }
 
     /// Every thread of the grid, blocks interleaved: one call moves one range with all blocks
     /// marching through it together.
     #[inline(always)]
     pub fn grid() -> Self {
-        Self::span_of(arch::block_index(), arch::grid_blocks(), arch::thread_index(), arch::block_threads())
+        Self::span_of(
+            arch::block_index(),
+            arch::grid_blocks(),
+            arch::thread_index(),
+            arch::block_threads(),
+        )
     }
 
     /// Whole blocks `0..blocks` of which this thread's block is `block`, with `threads` threads
     /// each; this is thread `thread` of its block.
     #[inline(always)]
     pub const fn span_of(block: u32, blocks: u32, thread: u32, threads: u32) -> Self {
-        Self { index: block * threads + thread, size: blocks * threads, whole_block: true, blocks }
+        Self {
+            index: block * threads + thread,
+            size: blocks * threads,
+            whole_block: true,
+            blocks,
+        }
     }
 
     /// A group of `size` threads (within one block) of which this is `index`; not the whole
     /// block, so Atoms that need block barriers fall back to datapaths that do not.
     #[inline(always)]
     pub const fn new(index: u32, size: u32) -> Self {
-        Self { index, size, whole_block: false, blocks: 1 }
+        Self {
+            index,
+            size,
+            whole_block: false,
+            blocks: 1,
+        }
     }
 
     /// Threads of the group in each of its blocks.

@@ -36,9 +36,9 @@ pub mod collective;
 pub mod context;
 pub mod coop;
 pub mod element;
-pub mod grid;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod emulation;
+pub mod grid;
 pub mod layout;
 pub mod op;
 pub mod partition;

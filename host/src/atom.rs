@@ -150,8 +150,19 @@ fn config(atom: AtomKind, blocks: u32) -> Result<LaunchConfig> {
 /// # Safety
 /// `src` and `dst` are device addresses valid for `bytes` bytes on this GPU (or mapped into it),
 /// they do not overlap, and they stay valid until the copy has finished on `stream`.
-pub unsafe fn copy(gpu: &Gpu, stream: &CudaStream, launch: Launch, dst: u64, src: u64, bytes: u64) -> Result<()> {
-    let Launch { atom, blocks, layout } = launch;
+pub unsafe fn copy(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    launch: Launch,
+    dst: u64,
+    src: u64,
+    bytes: u64,
+) -> Result<()> {
+    let Launch {
+        atom,
+        blocks,
+        layout,
+    } = launch;
     atom.check(gpu)?;
     if bytes > 0 {
         check_pointer("dst", dst, 16)?;
@@ -187,7 +198,11 @@ pub unsafe fn reduce(
     srcs: &[u64],
     count: u64,
 ) -> Result<()> {
-    let Launch { atom, blocks, layout } = launch;
+    let Launch {
+        atom,
+        blocks,
+        layout,
+    } = launch;
     atom.check(gpu)?;
     let sources = ReduceSources::new(srcs).ok_or(Error::SourceCount {
         count: srcs.len(),
@@ -207,7 +222,12 @@ pub unsafe fn reduce(
     let sources = SourcesArg(sources);
     let (op, layout) = (op as u32, layout as u32);
     let mut builder = stream.launch_builder(&f);
-    builder.arg(&dst).arg(&sources).arg(&count).arg(&op).arg(&layout);
+    builder
+        .arg(&dst)
+        .arg(&sources)
+        .arg(&count)
+        .arg(&op)
+        .arg(&layout);
     // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
     unsafe { builder.launch(cfg) }?;
     Ok(())

@@ -141,7 +141,11 @@ pub fn kernel_shape(arch: Arch) -> (u32, u32) {
 /// ranks), one per GPU otherwise.
 fn ranks_per_gpu(world: u32) -> u32 {
     let gpus = crate::Gpu::count().unwrap_or(1).max(1) as u32;
-    if world <= gpus { 1 } else { world.div_ceil(gpus) }
+    if world <= gpus {
+        1
+    } else {
+        world.div_ceil(gpus)
+    }
 }
 
 /// One call, checked and ready to launch.
@@ -191,11 +195,23 @@ impl Context {
     /// assert!(shape.blocks >= 1 && plan.chunk_bytes > 0);
     /// # Ok(()) }
     /// ```
-    pub fn plan(&self, kind: CollectiveKind, bytes: u64, options: &Options) -> Result<(LaunchShape, Plan)> {
-        let gpu = self.gpu().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
-        let choice = options
-            .choice
-            .unwrap_or_else(|| table().lookup(gpu.compute_capability(), self.world(), kind, dispatch_bytes(kind, bytes)));
+    pub fn plan(
+        &self,
+        kind: CollectiveKind,
+        bytes: u64,
+        options: &Options,
+    ) -> Result<(LaunchShape, Plan)> {
+        let gpu = self.gpu().ok_or_else(|| {
+            Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
+        })?;
+        let choice = options.choice.unwrap_or_else(|| {
+            table().lookup(
+                gpu.compute_capability(),
+                self.world(),
+                kind,
+                dispatch_bytes(kind, bytes),
+            )
+        });
         let mut plan = choice.plan;
         plan.mode = options.mode as u32;
         if let Some(a) = options.algorithm {
@@ -207,7 +223,14 @@ impl Context {
         // collective kernels hold one block per SM (see purlin-kernels).
         let resident = (gpu.sm_count() / ranks_per_gpu(self.world())).max(1);
         let blocks = choice.blocks.clamp(1, MAX_BLOCKS as u32).min(resident);
-        Ok((LaunchShape { blocks, threads, smem_bytes: smem }, plan))
+        Ok((
+            LaunchShape {
+                blocks,
+                threads,
+                smem_bytes: smem,
+            },
+            plan,
+        ))
     }
 
     /// Launches a checked call.
@@ -222,13 +245,15 @@ impl Context {
         match call.op {
             Some(op) => {
                 // SAFETY: a reduction kernel of purlin-kernels takes (SnacArgs, Context, op: u32).
-                let kernel: Kernel<(SnacArgs, purlin_device::context::Context, u32)> = unsafe { Kernel::new(call.kernel) };
+                let kernel: Kernel<(SnacArgs, purlin_device::context::Context, u32)> =
+                    unsafe { Kernel::new(call.kernel) };
                 // SAFETY: forwarded contract.
                 unsafe { self.launch(&kernel, shape, (call.args, ctx, op as u32)) }
             }
             None => {
                 // SAFETY: a copy kernel of purlin-kernels takes (SnacArgs, Context).
-                let kernel: Kernel<(SnacArgs, purlin_device::context::Context)> = unsafe { Kernel::new(call.kernel) };
+                let kernel: Kernel<(SnacArgs, purlin_device::context::Context)> =
+                    unsafe { Kernel::new(call.kernel) };
                 // SAFETY: forwarded contract.
                 unsafe { self.launch(&kernel, shape, (call.args, ctx)) }
             }
@@ -254,11 +279,24 @@ fn args(dst: Span, src: Span, bytes: u64) -> SnacArgs {
 /// unsafe { all_reduce_raw(ctx, purlin::DataType::Bf16, purlin::ReduceOpKind::Sum, dst, src, 4096, &Options::default())? };
 /// # Ok(()) }
 /// ```
-pub unsafe fn all_reduce_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+pub unsafe fn all_reduce_raw(
+    ctx: &Context,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
     validate::check_buffer("src", src, bytes, 16)?;
     validate::check_buffer("dst", dst, bytes, 16)?;
-    let call = Call { kind: CollectiveKind::AllReduce, kernel: kernel_name(CollectiveKind::AllReduce, dtype), args: args(dst, src, bytes), op: Some(op) };
+    let call = Call {
+        kind: CollectiveKind::AllReduce,
+        kernel: kernel_name(CollectiveKind::AllReduce, dtype),
+        args: args(dst, src, bytes),
+        op: Some(op),
+    };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, bytes) }
 }
@@ -267,11 +305,23 @@ pub unsafe fn all_reduce_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, d
 ///
 /// # Safety
 /// As [`all_reduce_raw`]; `dst` holds `world × count` elements.
-pub unsafe fn all_gather_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+pub unsafe fn all_gather_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
     validate::check_buffer("src", src, bytes, 16)?;
     validate::check_buffer("dst", dst, bytes * ctx.world() as u64, 16)?;
-    let call = Call { kind: CollectiveKind::AllGather, kernel: kernel_name(CollectiveKind::AllGather, dtype), args: args(dst, src, bytes), op: None };
+    let call = Call {
+        kind: CollectiveKind::AllGather,
+        kernel: kernel_name(CollectiveKind::AllGather, dtype),
+        args: args(dst, src, bytes),
+        op: None,
+    };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, bytes) }
 }
@@ -281,11 +331,24 @@ pub unsafe fn all_gather_raw(ctx: &Context, dtype: DataType, dst: Span, src: Spa
 ///
 /// # Safety
 /// As [`all_reduce_raw`]; `src` holds `world × count` elements, `dst` `count`.
-pub unsafe fn reduce_scatter_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+pub unsafe fn reduce_scatter_raw(
+    ctx: &Context,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
     validate::check_buffer("src", src, bytes * ctx.world() as u64, 16)?;
     validate::check_buffer("dst", dst, bytes, 16)?;
-    let call = Call { kind: CollectiveKind::ReduceScatter, kernel: kernel_name(CollectiveKind::ReduceScatter, dtype), args: args(dst, src, bytes), op: Some(op) };
+    let call = Call {
+        kind: CollectiveKind::ReduceScatter,
+        kernel: kernel_name(CollectiveKind::ReduceScatter, dtype),
+        args: args(dst, src, bytes),
+        op: Some(op),
+    };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, bytes) }
 }
@@ -294,11 +357,23 @@ pub unsafe fn reduce_scatter_raw(ctx: &Context, dtype: DataType, op: ReduceOpKin
 ///
 /// # Safety
 /// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
-pub unsafe fn all_to_all_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, count: u64, options: &Options) -> Result<()> {
+pub unsafe fn all_to_all_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
     validate::check_buffer("src", src, bytes * ctx.world() as u64, 16)?;
     validate::check_buffer("dst", dst, bytes * ctx.world() as u64, 16)?;
-    let call = Call { kind: CollectiveKind::AllToAll, kernel: kernel_name(CollectiveKind::AllToAll, dtype), args: args(dst, src, bytes), op: None };
+    let call = Call {
+        kind: CollectiveKind::AllToAll,
+        kernel: kernel_name(CollectiveKind::AllToAll, dtype),
+        args: args(dst, src, bytes),
+        op: None,
+    };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, bytes) }
 }
@@ -314,7 +389,14 @@ pub struct Counts {
     pub max_count: u64,
 }
 
-fn v_call(kind: CollectiveKind, dtype: DataType, dst: Span, src: Span, counts: Counts, op: Option<ReduceOpKind>) -> Result<(Call, u64)> {
+fn v_call(
+    kind: CollectiveKind,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    op: Option<ReduceOpKind>,
+) -> Result<(Call, u64)> {
     validate::check_pointer("counts", counts.addr, 8)?;
     let max_bytes = validate::elements_to_bytes("max_count", counts.max_count, dtype.size())?;
     // The counts live on the device, so only what the host knows is checked here: a buffer
@@ -326,7 +408,15 @@ fn v_call(kind: CollectiveKind, dtype: DataType, dst: Span, src: Span, counts: C
     let mut a = args(dst, src, 0);
     a.counts = counts.addr as *const u64;
     a.elem_bytes = dtype.size() as u32;
-    Ok((Call { kind, kernel: kernel_name(kind, dtype), args: a, op }, max_bytes))
+    Ok((
+        Call {
+            kind,
+            kernel: kernel_name(kind, dtype),
+            args: a,
+            op,
+        },
+        max_bytes,
+    ))
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements; every `dst` holds all contributions in
@@ -335,7 +425,14 @@ fn v_call(kind: CollectiveKind, dtype: DataType, dst: Span, src: Span, counts: C
 /// # Safety
 /// As [`all_reduce_raw`]; `counts` holds `world` counts (the same on every rank) and the
 /// buffers hold what they describe, while the call runs.
-pub unsafe fn all_gather_v_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, counts: Counts, options: &Options) -> Result<()> {
+pub unsafe fn all_gather_v_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    options: &Options,
+) -> Result<()> {
     let (call, max_bytes) = v_call(CollectiveKind::AllGatherV, dtype, dst, src, counts, None)?;
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, max_bytes) }
@@ -346,8 +443,23 @@ pub unsafe fn all_gather_v_raw(ctx: &Context, dtype: DataType, dst: Span, src: S
 ///
 /// # Safety
 /// As [`all_gather_v_raw`].
-pub unsafe fn reduce_scatter_v_raw(ctx: &Context, dtype: DataType, op: ReduceOpKind, dst: Span, src: Span, counts: Counts, options: &Options) -> Result<()> {
-    let (call, max_bytes) = v_call(CollectiveKind::ReduceScatterV, dtype, dst, src, counts, Some(op))?;
+pub unsafe fn reduce_scatter_v_raw(
+    ctx: &Context,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    options: &Options,
+) -> Result<()> {
+    let (call, max_bytes) = v_call(
+        CollectiveKind::ReduceScatterV,
+        dtype,
+        dst,
+        src,
+        counts,
+        Some(op),
+    )?;
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, max_bytes) }
 }
@@ -357,19 +469,30 @@ pub unsafe fn reduce_scatter_v_raw(ctx: &Context, dtype: DataType, op: ReduceOpK
 ///
 /// # Safety
 /// As [`all_gather_v_raw`], with `2 × world` counts.
-pub unsafe fn all_to_all_v_raw(ctx: &Context, dtype: DataType, dst: Span, src: Span, counts: Counts, options: &Options) -> Result<()> {
+pub unsafe fn all_to_all_v_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    options: &Options,
+) -> Result<()> {
     let (call, max_bytes) = v_call(CollectiveKind::AllToAllV, dtype, dst, src, counts, None)?;
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, max_bytes) }
 }
 
 fn span<T>(ctx: &Context, buf: &impl DevicePtr<T>) -> Result<Span> {
-    let stream = ctx.stream().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
+    let stream = ctx.stream().ok_or_else(|| {
+        Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
+    })?;
     Ok(Span::from_device(buf, stream))
 }
 
 fn span_mut<T>(ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
-    let stream = ctx.stream().ok_or_else(|| Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into()))?;
+    let stream = ctx.stream().ok_or_else(|| {
+        Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
+    })?;
     let bytes = cudarc::driver::DeviceSlice::num_bytes(buf) as u64;
     let (addr, _guard) = buf.device_ptr_mut(stream);
     Ok(Span::new(addr, bytes))
@@ -380,7 +503,13 @@ fn span_mut<T>(ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
 ///
 /// Buffers allocated on other streams must not be freed before the context's stream has run
 /// the collective (Purlin turns cudarc's event tracking off).
-pub fn all_reduce<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize, op: ReduceOpKind) -> Result<()> {
+pub fn all_reduce<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    count: usize,
+    op: ReduceOpKind,
+) -> Result<()> {
     all_reduce_with(ctx, src, dst, count, op, &Options::default())
 }
 
@@ -413,7 +542,12 @@ pub fn all_reduce_with<T: Element>(
 /// purlin::all_gather(ctx, src, dst, 4096)?;
 /// # Ok(()) }
 /// ```
-pub fn all_gather<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize) -> Result<()> {
+pub fn all_gather<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    count: usize,
+) -> Result<()> {
     let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { all_gather_raw(ctx, T::DTYPE, d, s, count as u64, &Options::default()) }
@@ -426,7 +560,13 @@ pub fn all_gather<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut 
 /// purlin::reduce_scatter(ctx, src, dst, 4096, purlin::ReduceOpKind::Max)?;
 /// # Ok(()) }
 /// ```
-pub fn reduce_scatter<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize, op: ReduceOpKind) -> Result<()> {
+pub fn reduce_scatter<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    count: usize,
+    op: ReduceOpKind,
+) -> Result<()> {
     let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { reduce_scatter_raw(ctx, T::DTYPE, op, d, s, count as u64, &Options::default()) }
@@ -440,16 +580,29 @@ pub fn reduce_scatter<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &
 /// purlin::all_to_all(ctx, src, dst, 4096)?;
 /// # Ok(()) }
 /// ```
-pub fn all_to_all<T: Element>(ctx: &Context, src: &impl DevicePtr<T>, dst: &mut impl DevicePtrMut<T>, count: usize) -> Result<()> {
+pub fn all_to_all<T: Element>(
+    ctx: &Context,
+    src: &impl DevicePtr<T>,
+    dst: &mut impl DevicePtrMut<T>,
+    count: usize,
+) -> Result<()> {
     let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { all_to_all_raw(ctx, T::DTYPE, d, s, count as u64, &Options::default()) }
 }
 
-fn counts_of(ctx: &Context, counts: &impl DevicePtr<u64>, needed: usize, max_count: usize) -> Result<Counts> {
+fn counts_of(
+    ctx: &Context,
+    counts: &impl DevicePtr<u64>,
+    needed: usize,
+    max_count: usize,
+) -> Result<Counts> {
     let span = span(ctx, counts)?;
     validate::check_buffer("counts", span, needed as u64 * 8, 8)?;
-    Ok(Counts { addr: span.addr, max_count: max_count as u64 })
+    Ok(Counts {
+        addr: span.addr,
+        max_count: max_count as u64,
+    })
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements (`world` counts in device memory, the

@@ -45,17 +45,17 @@ mod symmetric;
 pub mod validate;
 pub mod workspace;
 
-pub use bootstrap::{Bootstrap, InProcess};
-pub use collective::{all_gather, all_reduce, all_to_all, reduce_scatter};
 #[cfg(feature = "mpi")]
 pub use bootstrap::Mpi;
+pub use bootstrap::{Bootstrap, InProcess};
+pub use collective::{all_gather, all_reduce, all_to_all, reduce_scatter};
 pub use context::{Context, DeviceContext};
 pub use error::{Error, Result};
 pub use gpu::Gpu;
-pub use workspace::{Workspace, WorkspaceRequirements};
 pub use purlin_device;
 pub use purlin_device::element::{DataType, E4m3, E5m2, Element};
 pub use purlin_device::op::ReduceOpKind;
+pub use workspace::{Workspace, WorkspaceRequirements};
 
 /// Compile your own kernel crate to PTX from a `build.rs` (see [`purlin_builder`]).
 pub mod builder {

@@ -30,8 +30,14 @@ pub struct Module {
 impl Module {
     /// Loads PTX text on `gpu` (the driver compiles it for the device).
     pub fn load(gpu: &Arc<Gpu>, ptx: &str) -> Result<Self> {
-        let module = gpu.context().load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
-        Ok(Self { gpu: gpu.clone(), module, functions: Mutex::new(HashMap::new()) })
+        let module = gpu
+            .context()
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+        Ok(Self {
+            gpu: gpu.clone(),
+            module,
+            functions: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The GPU the module is loaded on.
@@ -45,10 +51,16 @@ impl Module {
             return Ok(f.clone());
         }
         let f = self.module.load_function(name).map_err(|e| match e.0 {
-            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel { name: name.to_owned(), arch: self.gpu.arch() },
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
+                name: name.to_owned(),
+                arch: self.gpu.arch(),
+            },
             _ => Error::Driver(e),
         })?;
-        f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes as i32)?;
+        f.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem_bytes as i32,
+        )?;
         functions.insert(name.to_owned(), f.clone());
         Ok(f)
     }
@@ -59,7 +71,13 @@ impl Module {
     /// # Safety
     /// `Args` are the kernel's parameter types in order; the kernel's requirements on its
     /// arguments hold until it has run.
-    pub unsafe fn launch<Args: KernelArgs>(&self, stream: &CudaStream, name: &str, shape: LaunchShape, args: Args) -> Result<()> {
+    pub unsafe fn launch<Args: KernelArgs>(
+        &self,
+        stream: &CudaStream,
+        name: &str,
+        shape: LaunchShape,
+        args: Args,
+    ) -> Result<()> {
         shape.check(&self.gpu.limits())?;
         if stream.context().ordinal() != self.gpu.ordinal() {
             return Err(Error::WrongDevice {
@@ -74,7 +92,14 @@ impl Module {
         // SAFETY: `pointers` point into `args`, alive for the call and matching the kernel's
         // parameters (caller's contract); the shape was checked.
         unsafe {
-            result::launch_kernel(f.cu_function(), (shape.blocks, 1, 1), (shape.threads, 1, 1), shape.smem_bytes, stream.cu_stream(), &mut pointers)
+            result::launch_kernel(
+                f.cu_function(),
+                (shape.blocks, 1, 1),
+                (shape.threads, 1, 1),
+                shape.smem_bytes,
+                stream.cu_stream(),
+                &mut pointers,
+            )
         }?;
         Ok(())
     }

@@ -257,14 +257,21 @@ pub fn count_wrong_f64(dtype: DataType, op: ReduceOpKind, srcs: &[&[u8]], got: &
 /// GPU `0` with the PTX of `arch` (the newest it runs when `None`), or `None` after printing
 /// why the calling test is skipped: no driver, no device, or an architecture the device cannot
 /// run. Any other failure is a real error and panics.
-pub fn gpu_or_skip(test: &str, arch: Option<purlin::ptx::Arch>) -> Option<std::sync::Arc<purlin::Gpu>> {
+pub fn gpu_or_skip(
+    test: &str,
+    arch: Option<purlin::ptx::Arch>,
+) -> Option<std::sync::Arc<purlin::Gpu>> {
     let opened = match arch {
         Some(a) => purlin::Gpu::open_arch(0, a),
         None => purlin::Gpu::open(0),
     };
     match opened {
         Ok(gpu) => Some(gpu),
-        Err(e @ (purlin::Error::NoDriver | purlin::Error::NoDevice { .. } | purlin::Error::ArchUnsupported { .. })) => {
+        Err(
+            e @ (purlin::Error::NoDriver
+            | purlin::Error::NoDevice { .. }
+            | purlin::Error::ArchUnsupported { .. }),
+        ) => {
             println!("SKIPPED: {test}: {e}");
             eprintln!("SKIPPED: {test}: {e}");
             None
@@ -274,15 +281,23 @@ pub fn gpu_or_skip(test: &str, arch: Option<purlin::ptx::Arch>) -> Option<std::s
 }
 
 /// `count` random elements like [`random_elements`], generated on all cores (large inputs).
-pub fn random_elements_parallel(seed: u64, dtype: DataType, op: ReduceOpKind, count: usize) -> Vec<u8> {
+pub fn random_elements_parallel(
+    seed: u64,
+    dtype: DataType,
+    op: ReduceOpKind,
+    count: usize,
+) -> Vec<u8> {
     let size = dtype.size();
     let mut out = vec![0u8; count * size];
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(32);
     let per = count.div_ceil(threads).max(1) * size;
     std::thread::scope(|scope| {
         for (t, chunk) in out.chunks_mut(per).enumerate() {
             scope.spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let mut rng =
+                    SmallRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 chunk.copy_from_slice(&random_elements(&mut rng, dtype, op, chunk.len() / size));
             });
         }
@@ -291,7 +306,10 @@ pub fn random_elements_parallel(seed: u64, dtype: DataType, op: ReduceOpKind, co
 }
 
 /// The device address of a cudarc allocation.
-pub fn device_addr<T>(buf: &cudarc::driver::CudaSlice<T>, stream: &cudarc::driver::CudaStream) -> u64 {
+pub fn device_addr<T>(
+    buf: &cudarc::driver::CudaSlice<T>,
+    stream: &cudarc::driver::CudaStream,
+) -> u64 {
     use cudarc::driver::DevicePtr;
     let (addr, _sync) = buf.device_ptr(stream);
     addr

@@ -7,7 +7,10 @@ use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use purlin::atom::{self, AtomKind, GridLayout, Launch};
 use purlin::ptx::Arch;
 use purlin::{DataType, Gpu, ReduceOpKind};
-use purlin_tests::{POISON, device_addr, fresh_rng, gpu_or_skip, random_elements, random_elements_parallel, reference_f32};
+use purlin_tests::{
+    POISON, device_addr, fresh_rng, gpu_or_skip, random_elements, random_elements_parallel,
+    reference_f32,
+};
 use rand::RngExt;
 use std::sync::Arc;
 
@@ -18,7 +21,11 @@ const ARCHS: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
 
 fn upload(stream: &Arc<CudaStream>, bytes: &[u8]) -> CudaSlice<u8> {
     // At least one byte so that empty buffers still have an address.
-    if bytes.is_empty() { stream.alloc_zeros::<u8>(16).unwrap() } else { stream.clone_htod(bytes).unwrap() }
+    if bytes.is_empty() {
+        stream.alloc_zeros::<u8>(16).unwrap()
+    } else {
+        stream.clone_htod(bytes).unwrap()
+    }
 }
 
 fn poisoned(stream: &Arc<CudaStream>, len: usize) -> CudaSlice<u8> {
@@ -40,7 +47,9 @@ fn block_counts(gpu: &Gpu) -> [u32; 3] {
 fn every_atom_copies_every_size_bit_exact() {
     let mut ran = 0;
     for arch in ARCHS {
-        let Some(gpu) = gpu_or_skip("atom copy", Some(arch)) else { continue };
+        let Some(gpu) = gpu_or_skip("atom copy", Some(arch)) else {
+            continue;
+        };
         let stream = gpu.new_stream().unwrap();
         let mut rng = fresh_rng(&format!("gpu copy {arch}"));
         for atom in AtomKind::available_in(arch) {
@@ -48,14 +57,28 @@ fn every_atom_copies_every_size_bit_exact() {
                 let src: Vec<u8> = (0..bytes).map(|_| rng.random()).collect();
                 let (src_d, dst_d) = (upload(&stream, &src), poisoned(&stream, bytes));
                 let blocks = block_counts(&gpu)[i % 3];
-                let launch = Launch { atom, blocks, layout: GridLayout::ALL[i % 2] };
+                let launch = Launch {
+                    atom,
+                    blocks,
+                    layout: GridLayout::ALL[i % 2],
+                };
                 // SAFETY: both buffers hold at least `bytes` bytes and outlive the synchronisation.
                 unsafe {
-                    atom::copy(&gpu, &stream, launch, device_addr(&dst_d, &stream), device_addr(&src_d, &stream), bytes as u64)
+                    atom::copy(
+                        &gpu,
+                        &stream,
+                        launch,
+                        device_addr(&dst_d, &stream),
+                        device_addr(&src_d, &stream),
+                        bytes as u64,
+                    )
                 }
                 .unwrap();
                 let got = download(&stream, &dst_d, bytes);
-                assert!(got == src, "{arch} PTX: copy of {bytes} bytes with {launch:?} differs");
+                assert!(
+                    got == src,
+                    "{arch} PTX: copy of {bytes} bytes with {launch:?} differs"
+                );
                 ran += 1;
             }
         }
@@ -68,7 +91,9 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
     let mut ran = 0;
     let source_counts = [1usize, 2, 3, 8, 16];
     for arch in ARCHS {
-        let Some(gpu) = gpu_or_skip("atom reduce", Some(arch)) else { continue };
+        let Some(gpu) = gpu_or_skip("atom reduce", Some(arch)) else {
+            continue;
+        };
         let stream = gpu.new_stream().unwrap();
         let mut rng = fresh_rng(&format!("gpu reduce {arch}"));
         let mut case = 0usize;
@@ -79,17 +104,35 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
                     let blocks = block_counts(&gpu)[case % 3];
                     let layout = GridLayout::ALL[(case / 3) % 2];
                     case += 1;
-                    let inputs: Vec<Vec<u8>> = (0..n).map(|_| random_elements(&mut rng, dtype, op, count)).collect();
+                    let inputs: Vec<Vec<u8>> = (0..n)
+                        .map(|_| random_elements(&mut rng, dtype, op, count))
+                        .collect();
                     let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
                     let want = reference_f32(dtype, op, &srcs);
-                    let bufs: Vec<CudaSlice<u8>> = inputs.iter().map(|v| upload(&stream, v)).collect();
+                    let bufs: Vec<CudaSlice<u8>> =
+                        inputs.iter().map(|v| upload(&stream, v)).collect();
                     let addrs: Vec<u64> = bufs.iter().map(|b| device_addr(b, &stream)).collect();
                     for atom in AtomKind::available_in(arch) {
                         let dst = poisoned(&stream, count * dtype.size());
                         // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
-                        let launch = Launch { atom, blocks, layout };
-                        unsafe { atom::reduce(&gpu, &stream, launch, dtype, op, device_addr(&dst, &stream), &addrs, count as u64) }
-                            .unwrap();
+                        let launch = Launch {
+                            atom,
+                            blocks,
+                            layout,
+                        };
+                        unsafe {
+                            atom::reduce(
+                                &gpu,
+                                &stream,
+                                launch,
+                                dtype,
+                                op,
+                                device_addr(&dst, &stream),
+                                &addrs,
+                                count as u64,
+                            )
+                        }
+                        .unwrap();
                         let got = download(&stream, &dst, want.len());
                         assert!(
                             got == want,
@@ -109,8 +152,10 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
 #[test]
 fn every_atom_reduces_256_mib_bit_exact() {
     let mut ran = 0;
-    let gpus: Vec<(Arch, Arc<Gpu>)> =
-        ARCHS.iter().filter_map(|&a| gpu_or_skip("atom reduce 256 MiB", Some(a)).map(|g| (a, g))).collect();
+    let gpus: Vec<(Arch, Arc<Gpu>)> = ARCHS
+        .iter()
+        .filter_map(|&a| gpu_or_skip("atom reduce 256 MiB", Some(a)).map(|g| (a, g)))
+        .collect();
     if gpus.is_empty() {
         return;
     }
@@ -126,16 +171,39 @@ fn every_atom_reduces_256_mib_bit_exact() {
             for (arch, gpu) in &gpus {
                 let stream = gpu.new_stream().unwrap();
                 let bufs = [upload(&stream, &inputs[0]), upload(&stream, &inputs[1])];
-                let addrs = [device_addr(&bufs[0], &stream), device_addr(&bufs[1], &stream)];
+                let addrs = [
+                    device_addr(&bufs[0], &stream),
+                    device_addr(&bufs[1], &stream),
+                ];
                 for atom in AtomKind::available_in(*arch) {
                     for layout in GridLayout::ALL {
                         let dst = poisoned(&stream, BIG);
-                        let launch = Launch { atom, blocks: 2 * gpu.sm_count(), layout };
+                        let launch = Launch {
+                            atom,
+                            blocks: 2 * gpu.sm_count(),
+                            layout,
+                        };
                         // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
-                        unsafe { atom::reduce(gpu, &stream, launch, dtype, op, device_addr(&dst, &stream), &addrs, count as u64) }
-                            .unwrap();
+                        unsafe {
+                            atom::reduce(
+                                gpu,
+                                &stream,
+                                launch,
+                                dtype,
+                                op,
+                                device_addr(&dst, &stream),
+                                &addrs,
+                                count as u64,
+                            )
+                        }
+                        .unwrap();
                         let got = download(&stream, &dst, BIG);
-                        assert!(got == want, "{arch} PTX: 256 MiB {} {} with {launch:?} differs", dtype.name(), op.name());
+                        assert!(
+                            got == want,
+                            "{arch} PTX: 256 MiB {} {} with {launch:?} differs",
+                            dtype.name(),
+                            op.name()
+                        );
                         ran += 1;
                     }
                 }
@@ -147,20 +215,42 @@ fn every_atom_reduces_256_mib_bit_exact() {
 
 #[test]
 fn fused_kernel_does_its_own_work_then_calls_the_atom_copy() {
-    let Some(gpu) = gpu_or_skip("fused kernel", None) else { return };
+    let Some(gpu) = gpu_or_skip("fused kernel", None) else {
+        return;
+    };
     let stream = gpu.new_stream().unwrap();
     let mut rng = fresh_rng("fused kernel");
-    let native = AtomKind::ALL.into_iter().rev().find(|a| a.arch() <= gpu.arch()).unwrap();
+    let native = AtomKind::ALL
+        .into_iter()
+        .rev()
+        .find(|a| a.arch() <= gpu.arch())
+        .unwrap();
     for count in [0usize, 1, 5, 4099, (1 << 22) + 3] {
-        let src: Vec<f32> = (0..count).map(|_| rng.random_range(-100.0f32..100.0)).collect();
+        let src: Vec<f32> = (0..count)
+            .map(|_| rng.random_range(-100.0f32..100.0))
+            .collect();
         let scale = rng.random_range(0.5f32..2.0);
-        let src_d = if count == 0 { stream.alloc_zeros::<f32>(4).unwrap() } else { stream.clone_htod(&src).unwrap() };
+        let src_d = if count == 0 {
+            stream.alloc_zeros::<f32>(4).unwrap()
+        } else {
+            stream.clone_htod(&src).unwrap()
+        };
         let scratch = stream.alloc_zeros::<f32>(count.max(4)).unwrap();
         let dst = stream.clone_htod(&vec![f32::NAN; count.max(4)]).unwrap();
-        let f = gpu.function("purlin_test_fused_scale_copy", native.smem_bytes()).unwrap();
-        let (d, s, x, n) =
-            (device_addr(&dst, &stream), device_addr(&scratch, &stream), device_addr(&src_d, &stream), count as u64);
-        let cfg = LaunchConfig { grid_dim: (gpu.sm_count(), 1, 1), block_dim: (native.threads(), 1, 1), shared_mem_bytes: native.smem_bytes() };
+        let f = gpu
+            .function("purlin_test_fused_scale_copy", native.smem_bytes())
+            .unwrap();
+        let (d, s, x, n) = (
+            device_addr(&dst, &stream),
+            device_addr(&scratch, &stream),
+            device_addr(&src_d, &stream),
+            count as u64,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (gpu.sm_count(), 1, 1),
+            block_dim: (native.threads(), 1, 1),
+            shared_mem_bytes: native.smem_bytes(),
+        };
         let mut launch = stream.launch_builder(&f);
         launch.arg(&d).arg(&s).arg(&x).arg(&n).arg(&scale);
         // SAFETY: arguments match the kernel; buffers hold `count` f32 and outlive the sync.

@@ -3,5 +3,5 @@
 //! machine without Rust from the bundle `scripts/gpu-bundle.sh` builds.
 
 mod atoms;
-mod host;
 mod collectives;
+mod host;

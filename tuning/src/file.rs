@@ -64,7 +64,11 @@ pub fn write_rows(rows: &[Row]) -> String {
     );
     for r in rows {
         let p = &r.plan;
-        let max = if r.max_bytes == u64::MAX { "any".to_string() } else { r.max_bytes.to_string() };
+        let max = if r.max_bytes == u64::MAX {
+            "any".to_string()
+        } else {
+            r.max_bytes.to_string()
+        };
         let _ = writeln!(
             out,
             "arch={} world={} collective={} max_bytes={} blocks={} threads={} put_blocks={} chunk_bytes={} latency_threshold={} two_shot_min_bytes={} two_shot_min_world={} algorithm={}",
@@ -94,7 +98,10 @@ impl Table<'_> {
             if line.is_empty() {
                 continue;
             }
-            let err = |reason: String| ParseError { line: i + 1, reason };
+            let err = |reason: String| ParseError {
+                line: i + 1,
+                reason,
+            };
             let get = |key: &str| -> Result<&str, ParseError> {
                 line.split_whitespace()
                     .filter_map(|kv| kv.split_once('='))
@@ -107,7 +114,8 @@ impl Table<'_> {
                 if v == "any" {
                     return Ok(u64::MAX);
                 }
-                v.parse().map_err(|_| err(std::format!("{key}={v} is not a number")))
+                v.parse()
+                    .map_err(|_| err(std::format!("{key}={v} is not a number")))
             };
             let collective = get("collective")?;
             let collective = CollectiveKind::ALL
@@ -115,13 +123,21 @@ impl Table<'_> {
                 .find(|c| collective_name(*c) == collective)
                 .ok_or_else(|| err(std::format!("unknown collective {collective}")))?;
             let algorithm = get("algorithm")?;
-            let algorithm = [Algorithm::Auto, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Throughput]
-                .into_iter()
-                .find(|a| algorithm_name(*a) == algorithm)
-                .ok_or_else(|| err(std::format!("unknown algorithm {algorithm}")))?;
+            let algorithm = [
+                Algorithm::Auto,
+                Algorithm::OneShot,
+                Algorithm::TwoShot,
+                Algorithm::Throughput,
+            ]
+            .into_iter()
+            .find(|a| algorithm_name(*a) == algorithm)
+            .ok_or_else(|| err(std::format!("unknown algorithm {algorithm}")))?;
             let blocks = num("blocks")? as u32;
             if blocks == 0 || blocks as usize > purlin_device::context::MAX_BLOCKS {
-                return Err(err(std::format!("blocks={blocks} is not in 1..={}", purlin_device::context::MAX_BLOCKS)));
+                return Err(err(std::format!(
+                    "blocks={blocks} is not in 1..={}",
+                    purlin_device::context::MAX_BLOCKS
+                )));
             }
             rows.push(Row {
                 arch: num("arch")? as u32,
@@ -153,7 +169,9 @@ mod tests {
     fn errors_name_the_line() {
         let e = Table::parse("# header\narch=90 world=2").unwrap_err();
         assert_eq!(e.line, 2);
-        let e = Table::parse(&write_rows(Table::builtin().rows()).replace("blocks=8 ", "blocks=0 ")).unwrap_err();
+        let e =
+            Table::parse(&write_rows(Table::builtin().rows()).replace("blocks=8 ", "blocks=0 "))
+                .unwrap_err();
         assert!(e.reason.contains("blocks=0"));
     }
 }

@@ -60,7 +60,14 @@ pub struct Choice {
 /// The rows every device falls back to: the original's base policy, blocks scaled with the
 /// world, for any architecture and world.
 const GENERIC: &[Row] = &{
-    let mut rows = [Row { arch: 0, world: 0, collective: CollectiveKind::AllReduce, max_bytes: u64::MAX, blocks: 32, plan: Plan::DEFAULT }; 7];
+    let mut rows = [Row {
+        arch: 0,
+        world: 0,
+        collective: CollectiveKind::AllReduce,
+        max_bytes: u64::MAX,
+        blocks: 32,
+        plan: Plan::DEFAULT,
+    }; 7];
     let mut i = 0;
     while i < 7 {
         rows[i].collective = CollectiveKind::ALL[i];
@@ -115,7 +122,11 @@ impl<'a> Table<'a> {
     /// newer than `arch`, then the exact world (else the largest smaller one, else any), then
     /// the narrowest band that holds `bytes`. Falls back to the original's base policy.
     pub fn lookup(&self, arch: u32, world: u32, collective: CollectiveKind, bytes: u64) -> Choice {
-        let candidates = || self.rows.iter().filter(move |r| r.collective == collective && r.arch <= arch);
+        let candidates = || {
+            self.rows
+                .iter()
+                .filter(move |r| r.collective == collective && r.arch <= arch)
+        };
         let Some(best_arch) = candidates().map(|r| r.arch).max() else {
             return fallback(world);
         };
@@ -124,22 +135,37 @@ impl<'a> Table<'a> {
             .map(|r| r.world)
             .filter(|&w| w == world)
             .max()
-            .or_else(|| same_arch().map(|r| r.world).filter(|&w| w != 0 && w < world).max())
+            .or_else(|| {
+                same_arch()
+                    .map(|r| r.world)
+                    .filter(|&w| w != 0 && w < world)
+                    .max()
+            })
             .or_else(|| same_arch().map(|r| r.world).filter(|&w| w == 0).max())
             .or_else(|| same_arch().map(|r| r.world).min());
-        let Some(best_world) = best_world else { return fallback(world) };
+        let Some(best_world) = best_world else {
+            return fallback(world);
+        };
         let rows = || same_arch().filter(move |r| r.world == best_world);
-        let band = rows().filter(|r| bytes <= r.max_bytes).min_by_key(|r| r.max_bytes);
+        let band = rows()
+            .filter(|r| bytes <= r.max_bytes)
+            .min_by_key(|r| r.max_bytes);
         let band = band.or_else(|| rows().max_by_key(|r| r.max_bytes));
         match band {
-            Some(r) => Choice { blocks: r.blocks, plan: r.plan },
+            Some(r) => Choice {
+                blocks: r.blocks,
+                plan: r.plan,
+            },
             None => fallback(world),
         }
     }
 }
 
 fn fallback(_world: u32) -> Choice {
-    Choice { blocks: 32, plan: Plan::DEFAULT }
+    Choice {
+        blocks: 32,
+        plan: Plan::DEFAULT,
+    }
 }
 
 #[cfg(feature = "std")]
@@ -150,21 +176,43 @@ mod tests {
     use super::*;
 
     fn row(arch: u32, world: u32, max_bytes: u64, blocks: u32) -> Row {
-        Row { arch, world, collective: CollectiveKind::AllGather, max_bytes, blocks, plan: Plan::DEFAULT }
+        Row {
+            arch,
+            world,
+            collective: CollectiveKind::AllGather,
+            max_bytes,
+            blocks,
+            plan: Plan::DEFAULT,
+        }
     }
 
     #[test]
     fn lookup_prefers_arch_then_world_then_band() {
-        let rows = [row(80, 8, 1 << 20, 1), row(90, 8, 1 << 20, 2), row(90, 8, u64::MAX, 3), row(90, 4, u64::MAX, 4), row(90, 0, u64::MAX, 5)];
+        let rows = [
+            row(80, 8, 1 << 20, 1),
+            row(90, 8, 1 << 20, 2),
+            row(90, 8, u64::MAX, 3),
+            row(90, 4, u64::MAX, 4),
+            row(90, 0, u64::MAX, 5),
+        ];
         let t = Table::new(&rows);
         assert_eq!(t.lookup(90, 8, CollectiveKind::AllGather, 1000).blocks, 2);
-        assert_eq!(t.lookup(90, 8, CollectiveKind::AllGather, 2 << 20).blocks, 3);
+        assert_eq!(
+            t.lookup(90, 8, CollectiveKind::AllGather, 2 << 20).blocks,
+            3
+        );
         assert_eq!(t.lookup(100, 8, CollectiveKind::AllGather, 1000).blocks, 2);
         assert_eq!(t.lookup(86, 8, CollectiveKind::AllGather, 1000).blocks, 1);
         assert_eq!(t.lookup(90, 6, CollectiveKind::AllGather, 1000).blocks, 4);
         assert_eq!(t.lookup(90, 2, CollectiveKind::AllGather, 1000).blocks, 5);
-        assert_eq!(t.lookup(70, 8, CollectiveKind::AllGather, 1000), fallback(8));
-        assert_eq!(t.lookup(90, 8, CollectiveKind::AllReduce, 1000), fallback(8));
+        assert_eq!(
+            t.lookup(70, 8, CollectiveKind::AllGather, 1000),
+            fallback(8)
+        );
+        assert_eq!(
+            t.lookup(90, 8, CollectiveKind::AllReduce, 1000),
+            fallback(8)
+        );
     }
 
     #[test]
@@ -173,7 +221,10 @@ mod tests {
             for world in 1..=16 {
                 for bytes in [0u64, 1, 4096, 1 << 20, 1 << 30] {
                     let choice = Table::builtin().lookup(90, world, c, bytes);
-                    assert!(choice.blocks >= 1 && choice.blocks as usize <= purlin_device::context::MAX_BLOCKS);
+                    assert!(
+                        choice.blocks >= 1
+                            && choice.blocks as usize <= purlin_device::context::MAX_BLOCKS
+                    );
                     assert!(choice.plan.threads >= 32 && choice.plan.chunk_bytes >= 16);
                 }
             }

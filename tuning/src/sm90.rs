@@ -6,7 +6,13 @@
 use super::Row;
 use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
 
-const fn plan(threads: u32, put_blocks: u32, chunk_bytes: u64, latency_threshold: u64, two_shot_min_bytes: u64) -> Plan {
+const fn plan(
+    threads: u32,
+    put_blocks: u32,
+    chunk_bytes: u64,
+    latency_threshold: u64,
+    two_shot_min_bytes: u64,
+) -> Plan {
     Plan {
         threads,
         put_blocks,
@@ -20,15 +26,30 @@ const fn plan(threads: u32, put_blocks: u32, chunk_bytes: u64, latency_threshold
     }
 }
 
-const fn row(world: u32, collective: CollectiveKind, max_bytes: u64, blocks: u32, plan: Plan) -> Row {
-    Row { arch: 90, world, collective, max_bytes, blocks, plan }
+const fn row(
+    world: u32,
+    collective: CollectiveKind,
+    max_bytes: u64,
+    blocks: u32,
+    plan: Plan,
+) -> Row {
+    Row {
+        arch: 90,
+        world,
+        collective,
+        max_bytes,
+        blocks,
+        plan,
+    }
 }
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const ANY: u64 = u64::MAX;
 
-use CollectiveKind::{AllGather as AG, AllGatherV as AGV, AllReduce as AR, AllToAll as A2A, AllToAllV as A2AV};
+use CollectiveKind::{
+    AllGather as AG, AllGatherV as AGV, AllReduce as AR, AllToAll as A2A, AllToAllV as A2AV,
+};
 use CollectiveKind::{ReduceScatter as RS, ReduceScatterV as RSV};
 
 /// Rows for one world: small messages get few blocks, large ones the full shape.
@@ -36,7 +57,13 @@ macro_rules! world_rows {
     ($w:literal, $big:literal, $put:literal, $chunk:expr, $lat:expr, $two:expr) => {
         [
             row($w, AR, 64 * KIB, 8, plan(256, 4, $chunk, $lat, $two)),
-            row($w, AR, 4 * MIB, $big / 2, plan(256, $put / 2, $chunk, $lat, $two)),
+            row(
+                $w,
+                AR,
+                4 * MIB,
+                $big / 2,
+                plan(256, $put / 2, $chunk, $lat, $two),
+            ),
             row($w, AR, ANY, $big, plan(256, $put, $chunk, $lat, $two)),
             row($w, AG, 64 * KIB, 8, plan(128, 4, $chunk, $lat, $two)),
             row($w, AG, ANY, $big, plan(128, $put, $chunk, $lat, $two)),

@@ -20,11 +20,32 @@ const LAYOUT_BLOCKS: u32 = 0;
 unsafe fn grid_copy<A: Atom>(dst: *mut u8, src: *const u8, bytes: u64, layout: u32) {
     if layout != LAYOUT_BLOCKS {
         // SAFETY: the whole grid shares the whole range.
-        return unsafe { A::copy(Coop::grid(), dst, src, bytes as usize, arch::dynamic_shared()) };
+        return unsafe {
+            A::copy(
+                Coop::grid(),
+                dst,
+                src,
+                bytes as usize,
+                arch::dynamic_shared(),
+            )
+        };
     }
-    let (offset, len) = split_bytes(bytes as usize, 16, arch::grid_blocks() as usize, arch::block_index() as usize);
+    let (offset, len) = split_bytes(
+        bytes as usize,
+        16,
+        arch::grid_blocks() as usize,
+        arch::block_index() as usize,
+    );
     // SAFETY: the share lies inside both buffers, at a 16-byte offset.
-    unsafe { A::copy(Coop::block(), dst.add(offset), src.add(offset), len, arch::dynamic_shared()) }
+    unsafe {
+        A::copy(
+            Coop::block(),
+            dst.add(offset),
+            src.add(offset),
+            len,
+            arch::dynamic_shared(),
+        )
+    }
 }
 
 struct GridReduce<A> {
@@ -58,13 +79,27 @@ impl<A: Atom> TypedVisitor for GridReduce<A> {
             *p = unsafe { (self.srcs.ptrs[s] as *const T).add(offset) };
         }
         // SAFETY: the share lies inside `dst` and every source, 16-byte aligned.
-        unsafe { A::reduce::<T, O>(coop, (self.dst as *mut T).add(offset), &srcs[..n_src], len, arch::dynamic_shared()) }
+        unsafe {
+            A::reduce::<T, O>(
+                coop,
+                (self.dst as *mut T).add(offset),
+                &srcs[..n_src],
+                len,
+                arch::dynamic_shared(),
+            )
+        }
     }
 }
 
 /// This block's share of a grid-wide reduce of `T`, for the run-time operator.
 #[inline(always)]
-unsafe fn grid_reduce<A: Atom, T: Element>(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32, layout: u32) {
+unsafe fn grid_reduce<A: Atom, T: Element>(
+    dst: *mut u8,
+    srcs: ReduceSources,
+    count: u64,
+    op: u32,
+    layout: u32,
+) {
     let Some(op) = ReduceOpKind::from_u32(op) else {
         arch::trap()
     };

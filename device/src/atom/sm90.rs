@@ -25,11 +25,22 @@ const BARRIERS_AT: usize = CHUNK * BULK_STAGES;
 /// `dst`/`src` valid and 16-byte aligned for `bytes`; `smem` holds `SMEM_BYTES` of shared
 /// memory no other thread touches during the call.
 #[inline(always)]
-unsafe fn bulk_copy(dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8, block: usize, blocks: usize) {
+unsafe fn bulk_copy(
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    smem: *mut u8,
+    block: usize,
+    blocks: usize,
+) {
     let barrier = |stage: usize| smem.wrapping_add(BARRIERS_AT + stage * 8) as *mut u64;
     let all_chunks = bytes.div_ceil(CHUNK);
     // This block's chunks, numbered 0..chunks locally; local chunk c is global chunk `at(c)`.
-    let chunks = if block < all_chunks { (all_chunks - block).div_ceil(blocks) } else { 0 };
+    let chunks = if block < all_chunks {
+        (all_chunks - block).div_ceil(blocks)
+    } else {
+        0
+    };
     let at = |c: usize| (block + c * blocks) * CHUNK;
     let len = |c: usize| (bytes - at(c)).min(CHUNK) as u32;
     // SAFETY (whole function): stage buffers and barriers lie inside `smem`; chunk `c` lies
@@ -91,7 +102,16 @@ pub(crate) unsafe fn hopper_copy(
         if coop.leads_block() {
             // SAFETY: forwarded contract; only this block's leader touches its `smem` until the
             // barrier.
-            unsafe { bulk_copy(dst, src, whole, smem, coop.block_in_group() as usize, coop.blocks as usize) };
+            unsafe {
+                bulk_copy(
+                    dst,
+                    src,
+                    whole,
+                    smem,
+                    coop.block_in_group() as usize,
+                    coop.blocks as usize,
+                )
+            };
         }
         // The group's last thread (the leader itself in a one-thread block) copies the < 16
         // tail bytes.

@@ -25,13 +25,28 @@ use purlin_device::snac::{Runtime, SnacArgs};
 /// # Safety
 /// As `purlin_device::collective::all_gather`; `input` holds `count` f32; `barrier` points to
 /// two zeroed `u32` of this launch; `threads` is the block's thread count (1 on the CPU).
-pub unsafe fn scale_then_all_gather<A: Atom>(args: SnacArgs, ctx: Context, input: *const f32, count: u64, scale: f32, barrier: *mut u32) -> bool {
-    let coop = Coop::span_of(args.block, args.blocks, arch::thread_index(), arch::block_threads());
+pub unsafe fn scale_then_all_gather<A: Atom>(
+    args: SnacArgs,
+    ctx: Context,
+    input: *const f32,
+    count: u64,
+    scale: f32,
+    barrier: *mut u32,
+) -> bool {
+    let coop = Coop::span_of(
+        args.block,
+        args.blocks,
+        arch::thread_index(),
+        arch::block_threads(),
+    );
     let send = args.src as *mut f32;
     let mut i = coop.index as u64;
     while i < count {
         // SAFETY: `i < count`; both buffers hold `count` f32.
-        unsafe { send.add(i as usize).write(input.add(i as usize).read() * scale) };
+        unsafe {
+            send.add(i as usize)
+                .write(input.add(i as usize).read() * scale)
+        };
         i += coop.size as u64;
     }
     // SAFETY: the launch's `args.blocks` blocks all wait, resident at once (as the collective
@@ -69,7 +84,11 @@ mod entry {
         scale: f32,
         barrier: *mut u32,
     ) {
-        (args.block, args.blocks, args.smem) = (arch::block_index(), arch::grid_blocks(), arch::dynamic_shared());
+        (args.block, args.blocks, args.smem) = (
+            arch::block_index(),
+            arch::grid_blocks(),
+            arch::dynamic_shared(),
+        );
         // SAFETY: forwarded launch contract.
         unsafe { scale_then_all_gather::<Native>(args, ctx, input, count, scale, barrier) };
     }
