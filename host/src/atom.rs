@@ -32,9 +32,16 @@ pub enum AtomKind {
 
 impl AtomKind {
     /// Every Atom.
+/// ```
+/// assert_eq!(purlin::atom::AtomKind::ALL.len(), 4);
+/// ```
     pub const ALL: [AtomKind; 4] = [Self::Sm70, Self::Sm80, Self::Sm90, Self::Sm100];
 
     /// The oldest architecture whose PTX contains this Atom.
+/// ```
+/// use purlin::{atom::AtomKind, ptx::Arch};
+/// assert_eq!(AtomKind::Sm80.arch(), Arch::Sm80);
+/// ```
     pub const fn arch(self) -> Arch {
         match self {
             Self::Sm70 => Arch::Sm70,
@@ -45,6 +52,9 @@ impl AtomKind {
     }
 
     /// Threads per block.
+/// ```
+/// assert!(purlin::atom::AtomKind::Sm70.threads() >= 32);
+/// ```
     pub const fn threads(self) -> u32 {
         match self {
             Self::Sm70 => Sm70::THREADS,
@@ -55,6 +65,9 @@ impl AtomKind {
     }
 
     /// Dynamic shared memory per block.
+/// ```
+/// assert_eq!(purlin::atom::AtomKind::Sm70.smem_bytes(), 0);
+/// ```
     pub const fn smem_bytes(self) -> u32 {
         match self {
             Self::Sm70 => Sm70::SMEM_BYTES,
@@ -65,6 +78,9 @@ impl AtomKind {
     }
 
     /// Short name (`sm70`, ...), as in kernel names.
+/// ```
+/// assert_eq!(purlin::atom::AtomKind::Sm90.name(), "sm90");
+/// ```
     pub const fn name(self) -> &'static str {
         match self {
             Self::Sm70 => Sm70::NAME,
@@ -75,6 +91,10 @@ impl AtomKind {
     }
 
     /// The Atoms whose kernels the PTX of `arch` contains.
+/// ```
+/// use purlin::{atom::AtomKind, ptx::Arch};
+/// assert_eq!(AtomKind::available_in(Arch::Sm70).collect::<Vec<_>>(), [AtomKind::Sm70]);
+/// ```
     pub fn available_in(arch: Arch) -> impl Iterator<Item = AtomKind> {
         Self::ALL.into_iter().filter(move |a| a.arch() <= arch)
     }
@@ -93,6 +113,11 @@ impl AtomKind {
 }
 
 /// How the blocks of an Atom launch share the range.
+///
+/// ```
+/// use purlin::atom::GridLayout;
+/// assert_eq!(GridLayout::default(), GridLayout::Blocks);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum GridLayout {
@@ -150,6 +175,18 @@ fn config(atom: AtomKind, blocks: u32) -> Result<LaunchConfig> {
 /// # Safety
 /// `src` and `dst` are device addresses valid for `bytes` bytes on this GPU (or mapped into it),
 /// they do not overlap, and they stay valid until the copy has finished on `stream`.
+/// ```no_run
+/// use purlin::atom::{self, AtomKind, GridLayout, Launch};
+/// let gpu = purlin::Gpu::open(0)?;
+/// let stream = gpu.new_stream()?;
+/// let (src, dst) = (stream.alloc_zeros::<u8>(4096)?, stream.alloc_zeros::<u8>(4096)?);
+/// let (s, d) = (purlin::memory::Span::from_device(&src, &stream), purlin::memory::Span::from_device(&dst, &stream));
+/// let launch = Launch { atom: AtomKind::Sm70, blocks: 4, layout: GridLayout::Blocks };
+/// // SAFETY: both buffers hold 4096 bytes and outlive the synchronisation.
+/// unsafe { atom::copy(&gpu, &stream, launch, d.addr, s.addr, 4096)? };
+/// stream.synchronize()?;
+/// # Ok::<(), purlin::Error>(())
+/// ```
 pub unsafe fn copy(
     gpu: &Gpu,
     stream: &CudaStream,
@@ -188,6 +225,21 @@ pub unsafe fn copy(
 /// Every address is a device address valid for `count` elements on this GPU (or mapped into
 /// it) until the reduce has finished on `stream`; `dst` overlaps no source except possibly
 /// being equal to one.
+/// ```no_run
+/// use purlin::atom::{self, AtomKind, GridLayout, Launch};
+/// use purlin::{DataType, ReduceOpKind};
+/// let gpu = purlin::Gpu::open(0)?;
+/// let stream = gpu.new_stream()?;
+/// let (a, b) = (stream.clone_htod(&[1f32; 1024])?, stream.clone_htod(&[2f32; 1024])?);
+/// let out = stream.alloc_zeros::<f32>(1024)?;
+/// let span = |x| purlin::memory::Span::from_device(x, &stream).addr;
+/// let launch = Launch { atom: AtomKind::Sm70, blocks: 2, layout: GridLayout::Blocks };
+/// // SAFETY: all three buffers hold 1024 f32 and outlive the synchronisation.
+/// unsafe { atom::reduce(&gpu, &stream, launch, DataType::F32, ReduceOpKind::Sum, span(&out), &[span(&a), span(&b)], 1024)? };
+/// assert_eq!(stream.clone_dtoh(&out)?, vec![3f32; 1024]);
+/// # Ok::<(), purlin::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn reduce(
     gpu: &Gpu,
     stream: &CudaStream,

@@ -2,6 +2,10 @@
 //! thread, strided across the group so a warp's accesses coalesce. Sm70 runs it on the GPU;
 //! [`Host`] runs it on one CPU thread.
 
+// seq! unrolls `K * stride` with K = 0, 1, ...: the `0 * stride` and `1 * stride` it writes are
+// the point, not a mistake.
+#![allow(clippy::erasing_op, clippy::identity_op)]
+
 use super::{Atom, copy_bytes, reduce_scalar};
 use crate::arch;
 use crate::coop::Coop;

@@ -3,6 +3,10 @@
 //! `STAGES - 1` groups of loads stay in flight per thread: many outstanding remote reads is
 //! what saturates NVLink.
 
+// seq! unrolls `K * stride` with K = 0, 1, ...: the `0 * stride` and `1 * stride` it writes are
+// the point, not a mistake.
+#![allow(clippy::erasing_op, clippy::identity_op)]
+
 use super::register::combine_into;
 use super::{Atom, copy_bytes, reduce_scalar};
 use crate::arch;
