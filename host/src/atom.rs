@@ -32,16 +32,16 @@ pub enum AtomKind {
 
 impl AtomKind {
     /// Every Atom.
-/// ```
-/// assert_eq!(purlin::atom::AtomKind::ALL.len(), 4);
-/// ```
+    /// ```
+    /// assert_eq!(purlin::atom::AtomKind::ALL.len(), 4);
+    /// ```
     pub const ALL: [AtomKind; 4] = [Self::Sm70, Self::Sm80, Self::Sm90, Self::Sm100];
 
     /// The oldest architecture whose PTX contains this Atom.
-/// ```
-/// use purlin::{atom::AtomKind, ptx::Arch};
-/// assert_eq!(AtomKind::Sm80.arch(), Arch::Sm80);
-/// ```
+    /// ```
+    /// use purlin::{atom::AtomKind, ptx::Arch};
+    /// assert_eq!(AtomKind::Sm80.arch(), Arch::Sm80);
+    /// ```
     pub const fn arch(self) -> Arch {
         match self {
             Self::Sm70 => Arch::Sm70,
@@ -52,9 +52,9 @@ impl AtomKind {
     }
 
     /// Threads per block.
-/// ```
-/// assert!(purlin::atom::AtomKind::Sm70.threads() >= 32);
-/// ```
+    /// ```
+    /// assert!(purlin::atom::AtomKind::Sm70.threads() >= 32);
+    /// ```
     pub const fn threads(self) -> u32 {
         match self {
             Self::Sm70 => Sm70::THREADS,
@@ -65,9 +65,9 @@ impl AtomKind {
     }
 
     /// Dynamic shared memory per block.
-/// ```
-/// assert_eq!(purlin::atom::AtomKind::Sm70.smem_bytes(), 0);
-/// ```
+    /// ```
+    /// assert_eq!(purlin::atom::AtomKind::Sm70.smem_bytes(), 0);
+    /// ```
     pub const fn smem_bytes(self) -> u32 {
         match self {
             Self::Sm70 => Sm70::SMEM_BYTES,
@@ -78,9 +78,9 @@ impl AtomKind {
     }
 
     /// Short name (`sm70`, ...), as in kernel names.
-/// ```
-/// assert_eq!(purlin::atom::AtomKind::Sm90.name(), "sm90");
-/// ```
+    /// ```
+    /// assert_eq!(purlin::atom::AtomKind::Sm90.name(), "sm90");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             Self::Sm70 => Sm70::NAME,
@@ -91,10 +91,10 @@ impl AtomKind {
     }
 
     /// The Atoms whose kernels the PTX of `arch` contains.
-/// ```
-/// use purlin::{atom::AtomKind, ptx::Arch};
-/// assert_eq!(AtomKind::available_in(Arch::Sm70).collect::<Vec<_>>(), [AtomKind::Sm70]);
-/// ```
+    /// ```
+    /// use purlin::{atom::AtomKind, ptx::Arch};
+    /// assert_eq!(AtomKind::available_in(Arch::Sm70).collect::<Vec<_>>(), [AtomKind::Sm70]);
+    /// ```
     pub fn available_in(arch: Arch) -> impl Iterator<Item = AtomKind> {
         Self::ALL.into_iter().filter(move |a| a.arch() <= arch)
     }
