@@ -1,0 +1,107 @@
+//! Command line of `purlin-bench`, as the original's benchmarks take it plus Purlin's flags.
+
+use super::report::Collective;
+use super::sizes::parse_size;
+use clap::{Parser, ValueEnum};
+
+/// Element types on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Dtype {
+    /// f32
+    F32,
+    /// f16
+    F16,
+    /// bf16
+    Bf16,
+    /// fp8 e4m3
+    E4m3,
+    /// fp8 e5m2
+    E5m2,
+}
+
+impl From<Dtype> for purlin::DataType {
+    fn from(d: Dtype) -> Self {
+        match d {
+            Dtype::F32 => Self::F32,
+            Dtype::F16 => Self::F16,
+            Dtype::Bf16 => Self::Bf16,
+            Dtype::E4m3 => Self::E4m3,
+            Dtype::E5m2 => Self::E5m2,
+        }
+    }
+}
+
+/// Operators on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Op {
+    /// sum
+    Sum,
+    /// max
+    Max,
+    /// min
+    Min,
+    /// product
+    Prod,
+}
+
+impl From<Op> for purlin::ReduceOpKind {
+    fn from(o: Op) -> Self {
+        match o {
+            Op::Sum => Self::Sum,
+            Op::Max => Self::Max,
+            Op::Min => Self::Min,
+            Op::Prod => Self::Prod,
+        }
+    }
+}
+
+/// Benchmarks one Purlin collective over doubling sizes, printed as nccl-tests prints them.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "purlin-bench", version, about)]
+pub struct Args {
+    /// The collective.
+    #[arg(value_enum)]
+    pub collective: Collective,
+    /// Smallest size (K/M/G suffixes): AllGather's output, each rank's input otherwise.
+    #[arg(default_value = "128", value_parser = parse_size)]
+    pub min_bytes: u64,
+    /// Largest size.
+    #[arg(default_value = "128M", value_parser = parse_size)]
+    pub max_bytes: u64,
+    /// Collectives captured into one CUDA graph whose replays are timed (0: plain launches).
+    #[arg(default_value_t = 8)]
+    pub graph_launches: u32,
+    /// Timed iterations per size (graph replays when graphs are on).
+    #[arg(default_value_t = 32)]
+    pub runs: u32,
+    /// Untimed iterations first.
+    #[arg(default_value_t = 8)]
+    pub warmup: u32,
+    /// Seed of the inputs (0: a fresh one, printed on stderr).
+    #[arg(default_value_t = 0)]
+    pub seed: u64,
+    /// Ranks of the virtual node (all on one GPU, as threads of this process).
+    #[arg(long, default_value_t = 8)]
+    pub ranks: u32,
+    /// Element type (default bf16 for reductions, as the original).
+    #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
+    pub dtype: Dtype,
+    /// Reduce operator.
+    #[arg(long, value_enum, default_value_t = Op::Sum)]
+    pub op: Op,
+    /// Deterministic reductions (bitwise repeatable).
+    #[arg(long)]
+    pub deterministic: bool,
+    /// Verify every result against a host f32 rank-order reference and count wrong elements.
+    #[arg(long)]
+    pub check: bool,
+    /// CSV instead of the table.
+    #[arg(long)]
+    pub csv: bool,
+    /// Write a PNG of busbw and roofline fraction against size.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// Spread the ranks over this many GPUs of this machine (1: the virtual node).
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u32,
+}

@@ -1,0 +1,9 @@
+//! The parts of Purlin's collective benchmark CLI (`purlin-bench`) and tuner (`purlin-tune`),
+//! one concern per module: arguments, size sweeps, running and timing on the virtual node,
+//! nccl-tests style reports, and plots.
+
+pub mod args;
+pub mod plot;
+pub mod report;
+pub mod run;
+pub mod sizes;

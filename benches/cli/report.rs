@@ -1,0 +1,218 @@
+//! What a benchmark row says and how it is printed: nccl-tests columns (size, count, type,
+//! redop, time, algbw, busbw, #wrong) plus the roofline fraction, as a table or CSV.
+
+use purlin::DataType;
+
+/// The collectives the CLI runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Collective {
+    /// AllReduce.
+    Ar,
+    /// AllGather.
+    Ag,
+    /// ReduceScatter.
+    Rs,
+    /// AllToAll.
+    A2a,
+    /// AllGatherV.
+    Agv,
+    /// ReduceScatterV.
+    Rsv,
+    /// AllToAllV.
+    A2av,
+}
+
+impl Collective {
+    /// The name in output and file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ar => "all_reduce",
+            Self::Ag => "all_gather",
+            Self::Rs => "reduce_scatter",
+            Self::A2a => "all_to_all",
+            Self::Agv => "all_gather_v",
+            Self::Rsv => "reduce_scatter_v",
+            Self::A2av => "all_to_all_v",
+        }
+    }
+
+    /// Whether it reduces (takes an operator).
+    pub fn reduces(self) -> bool {
+        matches!(self, Self::Ar | Self::Rs | Self::Rsv)
+    }
+
+    /// Bus bandwidth factor (nccl-tests): AllReduce 2(n-1)/n, the others (n-1)/n.
+    pub fn bus_factor(self, world: u32) -> f64 {
+        let n = world as f64;
+        match self {
+            Self::Ar => 2.0 * (n - 1.0) / n,
+            _ => (n - 1.0) / n,
+        }
+    }
+
+    /// Fewest bytes the collective must move through memory, summed over `world` ranks, for a
+    /// row of `total_bytes` (nccl-tests' size: the output for AllGather, each rank's input
+    /// otherwise): every input read once and every output written once. On the virtual node all
+    /// ranks share one GPU's memory, so this over the time, against a device-to-device copy's
+    /// bandwidth (bytes read + written per second), is how close the collective is to the limit.
+    pub fn min_memory_bytes(self, world: u32, total_bytes: u64) -> f64 {
+        let (n, b) = (world as f64, total_bytes as f64);
+        match self {
+            // in = out = b per rank
+            Self::Ar => 2.0 * n * b,
+            // in = b/n, out = b per rank
+            Self::Ag | Self::Agv => n * (b / n) + n * b,
+            // in = b, out = b/n per rank
+            Self::Rs | Self::Rsv => n * b + n * (b / n),
+            // in = out = b per rank
+            Self::A2a | Self::A2av => 2.0 * n * b,
+        }
+    }
+}
+
+/// One measured size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// nccl-tests size: AllGather's output, each rank's input otherwise (bytes).
+    pub total_bytes: u64,
+    /// Elements in `total_bytes`.
+    pub count: u64,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator name (`-` for copies).
+    pub redop: &'static str,
+    /// Time per collective, µs (the slowest rank).
+    pub time_us: f64,
+    /// Wrong elements found by `--check` (`None`: not checked).
+    pub wrong: Option<u64>,
+    /// Fewest bytes through memory (see [`Collective::min_memory_bytes`]).
+    pub min_memory_bytes: f64,
+    /// The device-to-device copy bandwidth of this run, bytes per second (read + written).
+    pub copy_bandwidth: f64,
+}
+
+impl Row {
+    /// Algorithm bandwidth, GB/s: size over time.
+    pub fn algbw(&self) -> f64 {
+        if self.time_us <= 0.0 {
+            0.0
+        } else {
+            self.total_bytes as f64 / (self.time_us * 1e3)
+        }
+    }
+
+    /// Bus bandwidth, GB/s.
+    pub fn busbw(&self, collective: Collective, world: u32) -> f64 {
+        self.algbw() * collective.bus_factor(world)
+    }
+
+    /// Achieved memory bandwidth over the copy's: the roofline fraction.
+    pub fn roofline(&self) -> f64 {
+        if self.time_us <= 0.0 || self.copy_bandwidth <= 0.0 {
+            return 0.0;
+        }
+        self.min_memory_bytes / (self.time_us * 1e-6) / self.copy_bandwidth
+    }
+}
+
+/// The table header (nccl-tests style).
+pub fn header(csv: bool) -> String {
+    if csv {
+        "collective,world,size,count,type,redop,time_us,algbw_gbs,busbw_gbs,wrong,roofline".into()
+    } else {
+        format!(
+            "#{:>12} {:>12} {:>9} {:>6} {:>10} {:>8} {:>8} {:>7} {:>8}\n#{:>12} {:>12} {:>9} {:>6} {:>10} {:>8} {:>8} {:>7} {:>8}",
+            "size",
+            "count",
+            "type",
+            "redop",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "roofline",
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(frac)"
+        )
+    }
+}
+
+/// One row as a table line or CSV record.
+pub fn line(row: &Row, collective: Collective, world: u32, csv: bool) -> String {
+    let wrong = row.wrong.map_or("N/A".to_string(), |w| w.to_string());
+    if csv {
+        format!(
+            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{:.4}",
+            collective.name(),
+            world,
+            row.total_bytes,
+            row.count,
+            row.dtype.name(),
+            row.redop,
+            row.time_us,
+            row.algbw(),
+            row.busbw(collective, world),
+            wrong,
+            row.roofline()
+        )
+    } else {
+        format!(
+            " {:>12} {:>12} {:>9} {:>6} {:>10.2} {:>8.2} {:>8.2} {:>7} {:>8.3}",
+            row.total_bytes,
+            row.count,
+            row.dtype.name(),
+            row.redop,
+            row.time_us,
+            row.algbw(),
+            row.busbw(collective, world),
+            wrong,
+            row.roofline()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(time_us: f64) -> Row {
+        Row {
+            total_bytes: 1 << 30,
+            count: 1 << 29,
+            dtype: DataType::Bf16,
+            redop: "sum",
+            time_us,
+            wrong: Some(0),
+            min_memory_bytes: Collective::Ar.min_memory_bytes(8, 1 << 30),
+            copy_bandwidth: 4.0e12,
+        }
+    }
+
+    #[test]
+    fn bandwidths_follow_nccl_tests() {
+        let r = row(1000.0);
+        assert!((r.algbw() - 1073.741824).abs() < 1e-6);
+        assert!((r.busbw(Collective::Ar, 8) - 1073.741824 * 1.75).abs() < 1e-6);
+        assert!((r.busbw(Collective::Ag, 8) - 1073.741824 * 0.875).abs() < 1e-6);
+        // 16 GiB through memory in 1 ms at a 4 TB/s copy: 4.29.
+        assert!((r.roofline() - 2.0 * 8.0 * (1u64 << 30) as f64 / 1e-3 / 4.0e12).abs() < 1e-9);
+        assert_eq!(row(0.0).algbw(), 0.0);
+    }
+
+    #[test]
+    fn lines_have_every_column() {
+        let r = row(10.0);
+        assert_eq!(
+            line(&r, Collective::Ar, 8, true).split(',').count(),
+            header(true).split(',').count()
+        );
+        assert!(line(&r, Collective::Ar, 8, false).contains("bfloat16"));
+    }
+}

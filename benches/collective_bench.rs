@@ -1,0 +1,130 @@
+//! `purlin-bench`: one Purlin collective over doubling sizes on the virtual node (or several
+//! GPUs of this machine), printed as nccl-tests prints it, plus the roofline fraction.
+//!
+//! ```text
+//! purlin-bench ar 8 256M 8 32 8 --ranks 8 --check --plot ar.png
+//! ```
+
+use clap::Parser;
+use purlin::collective::{Options, ReductionMode};
+use purlin::{DataType, Gpu, ReduceOpKind};
+use purlin_bench::args::Args;
+use purlin_bench::report;
+use purlin_bench::run::{self, Sweep};
+use std::io::Write as _;
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = bench(&args) {
+        eprintln!("purlin-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn bench(args: &Args) -> Result<(), String> {
+    if args.min_bytes > args.max_bytes {
+        return Err(format!(
+            "minBytes {} is above maxBytes {}",
+            args.min_bytes, args.max_bytes
+        ));
+    }
+    let gpu = Gpu::open(0).map_err(|e| format!("needs a GPU: {e}"))?;
+    let seed = if args.seed == 0 {
+        rand_seed()
+    } else {
+        args.seed
+    };
+    eprintln!("# seed {seed}");
+    let dtype: DataType = args.dtype.into();
+    let op: ReduceOpKind = args.op.into();
+    let sweep = Sweep {
+        collective: args.collective,
+        world: args.ranks,
+        gpus: args.gpus,
+        dtype,
+        op,
+        options: Options {
+            mode: if args.deterministic {
+                ReductionMode::Deterministic
+            } else {
+                ReductionMode::Default
+            },
+            ..Default::default()
+        },
+        sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),
+        graph_launches: args.graph_launches,
+        runs: args.runs,
+        warmup: args.warmup,
+        seed,
+        check: args.check,
+    };
+    let copy_bw = run::copy_bandwidth(&gpu).map_err(|e| e.to_string())?;
+    println!(
+        "# {} on {} rank(s), {} ({} SMs), {} GPU(s); {}; graphLaunches {} runs {} warmup {}; copy roofline {:.3} TB/s",
+        args.collective.name(),
+        args.ranks,
+        gpu.name(),
+        gpu.sm_count(),
+        args.gpus,
+        if args.deterministic {
+            "deterministic"
+        } else {
+            "default mode"
+        },
+        args.graph_launches,
+        args.runs,
+        args.warmup,
+        copy_bw / 1e12
+    );
+    println!("{}", report::header(args.csv));
+    let rows = run::run(&gpu, &sweep, copy_bw, |done, all| {
+        eprint!("\r# {done}/{all} sizes");
+        let _ = std::io::stderr().flush();
+    })
+    .map_err(|e| e.to_string())?;
+    eprintln!();
+    for row in &rows {
+        println!(
+            "{}",
+            report::line(row, args.collective, args.ranks, args.csv)
+        );
+    }
+    let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+    if let Some(path) = &args.plot {
+        let series = vec![purlin_bench::plot::Series {
+            label: format!("{} x{}", args.collective.name(), args.ranks),
+            points: rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.total_bytes,
+                        r.busbw(args.collective, args.ranks),
+                        r.roofline(),
+                    )
+                })
+                .collect(),
+        }];
+        purlin_bench::plot::write_png(
+            path,
+            &format!(
+                "Purlin {} on {} ranks, {}",
+                args.collective.name(),
+                args.ranks,
+                gpu.name()
+            ),
+            &series,
+        )?;
+        eprintln!("# plot written to {}", path.display());
+    }
+    if args.check && wrong > 0 {
+        return Err(format!("{wrong} wrong elements"));
+    }
+    Ok(())
+}
+
+fn rand_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (std::process::id() as u64) << 32
+}

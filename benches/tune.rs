@@ -1,0 +1,161 @@
+//! `purlin-tune`: sweeps the codesign knobs (blocks, producer blocks, chunk size, AllReduce
+//! latency threshold) of every collective on the present GPU's virtual node and writes a
+//! `purlin-tuning` table file. Point `PURLIN_TUNING` at it to use it; the compiled-in table
+//! stays the default otherwise.
+//!
+//! ```text
+//! purlin-tune --ranks 2,4,8 --out tuning/sm90.table
+//! ```
+
+use clap::Parser;
+use purlin::collective::{CollectiveKind, Options};
+use purlin::{DataType, Gpu, ReduceOpKind};
+use purlin_bench::report::Collective;
+use purlin_bench::run::{self, Sweep};
+use purlin_tuning::{Choice, Row, Table, write_rows};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "purlin-tune",
+    about = "Sweep Purlin's codesign knobs on this GPU and write a tuning table"
+)]
+struct Args {
+    /// World sizes of the virtual node to tune.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    ranks: Vec<u32>,
+    /// Collectives to tune.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ar,ag,rs,a2a"
+    )]
+    collectives: Vec<Collective>,
+    /// Band upper bounds (dispatch sizes); the last band is open-ended.
+    #[arg(long, value_delimiter = ',', default_value = "64K,1M,16M,256M", value_parser = purlin_bench::sizes::parse_size)]
+    bands: Vec<u64>,
+    /// Timed graph replays per candidate.
+    #[arg(long, default_value_t = 10)]
+    runs: u32,
+    /// Where to write the table.
+    #[arg(long, default_value = "purlin-tuning.table")]
+    out: std::path::PathBuf,
+}
+
+fn kind(c: Collective) -> CollectiveKind {
+    match c {
+        Collective::Ar => CollectiveKind::AllReduce,
+        Collective::Ag => CollectiveKind::AllGather,
+        Collective::Rs => CollectiveKind::ReduceScatter,
+        Collective::A2a => CollectiveKind::AllToAll,
+        Collective::Agv => CollectiveKind::AllGatherV,
+        Collective::Rsv => CollectiveKind::ReduceScatterV,
+        Collective::A2av => CollectiveKind::AllToAllV,
+    }
+}
+
+/// The benchmark size whose dispatch size is `band` for `c` on `world` ranks.
+fn size_for_band(c: Collective, world: u32, band: u64) -> u64 {
+    match c {
+        Collective::Ar => band,
+        _ => band * world as u64,
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let gpu = match Gpu::open(0) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("purlin-tune: needs a GPU: {e}");
+            std::process::exit(1);
+        }
+    };
+    let copy_bw = run::copy_bandwidth(&gpu).unwrap_or(0.0);
+    let base = Table::builtin();
+    let mut rows: Vec<Row> = Vec::new();
+    for &world in &args.ranks {
+        // Every rank's blocks must be resident together: one block per SM each.
+        let max_blocks =
+            (gpu.sm_count() / world).min(purlin::purlin_device::context::MAX_BLOCKS as u32);
+        for &c in &args.collectives {
+            for (bi, &band) in args.bands.iter().enumerate() {
+                let size = size_for_band(c, world, band);
+                let start = base.lookup(gpu.compute_capability(), world, kind(c), band);
+                let mut best: Option<(f64, Choice)> = None;
+                for blocks in [4u32, 8, 16, 32, 64]
+                    .into_iter()
+                    .filter(|&b| b <= max_blocks)
+                {
+                    for put in [blocks / 4, blocks / 2].into_iter().filter(|&p| p >= 1) {
+                        for chunk in [256u64 << 10, 1 << 20, 4 << 20] {
+                            let mut plan = start.plan;
+                            (plan.put_blocks, plan.chunk_bytes) = (put, chunk);
+                            let choice = Choice { blocks, plan };
+                            let sweep = Sweep {
+                                collective: c,
+                                world,
+                                gpus: 1,
+                                dtype: DataType::Bf16,
+                                op: ReduceOpKind::Sum,
+                                options: Options {
+                                    choice: Some(choice),
+                                    ..Default::default()
+                                },
+                                sizes: vec![size],
+                                graph_launches: 4,
+                                runs: args.runs,
+                                warmup: 2,
+                                seed: 1,
+                                check: false,
+                            };
+                            match run::run(&gpu, &sweep, copy_bw, |_, _| {}) {
+                                Ok(r) if best.is_none_or(|(t, _)| r[0].time_us < t) => {
+                                    best = Some((r[0].time_us, choice))
+                                }
+                                Ok(_) => {}
+                                Err(e) => eprintln!(
+                                    "# {} x{world} {band} B blocks {blocks} put {put} chunk {chunk}: {e}",
+                                    c.name()
+                                ),
+                            }
+                        }
+                    }
+                }
+                if let Some((t, choice)) = best {
+                    eprintln!(
+                        "# {} x{world} band {band}: {t:.1} us with {} blocks, {} put, {} B chunks",
+                        c.name(),
+                        choice.blocks,
+                        choice.plan.put_blocks,
+                        choice.plan.chunk_bytes
+                    );
+                    let max_bytes = if bi + 1 == args.bands.len() {
+                        u64::MAX
+                    } else {
+                        band
+                    };
+                    rows.push(Row {
+                        arch: gpu.compute_capability(),
+                        world,
+                        collective: kind(c),
+                        max_bytes,
+                        blocks: choice.blocks,
+                        plan: choice.plan,
+                    });
+                }
+            }
+        }
+    }
+    let text = write_rows(&rows);
+    if let Err(e) = std::fs::write(&args.out, &text) {
+        eprintln!("purlin-tune: cannot write {}: {e}", args.out.display());
+        std::process::exit(1);
+    }
+    println!(
+        "{} rows written to {} (use it with PURLIN_TUNING={})",
+        rows.len(),
+        args.out.display(),
+        args.out.display()
+    );
+}
