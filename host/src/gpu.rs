@@ -22,6 +22,7 @@ pub struct Gpu {
     context: Arc<CudaContext>,
     arch: Arch,
     module: Arc<CudaModule>,
+    atom_module: OnceLock<Arc<CudaModule>>,
     compute_capability: u32,
     sm_count: u32,
     limits: DeviceLimits,
@@ -166,6 +167,7 @@ impl Gpu {
             context,
             arch,
             module,
+            atom_module: OnceLock::new(),
             compute_capability: cc,
             sm_count,
             functions: Mutex::new(HashMap::new()),
@@ -258,7 +260,9 @@ impl Gpu {
     }
 
     /// Kernel `name` of the loaded PTX, allowed `smem_bytes` of dynamic shared memory
-    /// (cached; the shared-memory limit is raised once per kernel).
+    /// (cached; the shared-memory limit is raised once per kernel). The grid-wide Atom kernels
+    /// (`purlin_atom_*`, `purlin_test_*`) live in a module of their own, loaded (and so compiled
+    /// by the driver) the first time one of them is asked for.
     /// ```no_run
     /// let gpu = purlin::Gpu::open(0)?;
     /// let f = gpu.function("purlin_atom_copy_sm70", 0)?;
@@ -269,7 +273,12 @@ impl Gpu {
         if let Some(f) = functions.get(name) {
             return Ok(f.clone());
         }
-        let f = self.module.load_function(name).map_err(|e| match e.0 {
+        let module = if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_") {
+            self.atom_module()?
+        } else {
+            &self.module
+        };
+        let f = module.load_function(name).map_err(|e| match e.0 {
             cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
                 name: name.to_owned(),
                 arch: self.arch,
@@ -284,5 +293,16 @@ impl Gpu {
         }
         functions.insert(name.to_owned(), f.clone());
         Ok(f)
+    }
+
+    /// The Atom kernels' module, loaded on first use.
+    fn atom_module(&self) -> Result<&Arc<CudaModule>> {
+        if let Some(m) = self.atom_module.get() {
+            return Ok(m);
+        }
+        let loaded = self.context.load_module(cudarc::nvrtc::Ptx::from_src(
+            ptx::atom_kernels(self.arch).text(),
+        ))?;
+        Ok(self.atom_module.get_or_init(|| loaded))
     }
 }

@@ -1,5 +1,7 @@
 //! The PTX of Purlin's kernels, built for every [`Arch`] and embedded (compressed) in this
-//! crate, and the choice of one by compute capability.
+//! crate, and the choice of one by compute capability. Two modules per architecture: the
+//! collectives ([`kernels`]), which every program loads, and the grid-wide Atom kernels of the
+//! tests and benchmarks ([`atom_kernels`]), loaded only when one of them is launched.
 
 pub use purlin_builder::Arch;
 use std::sync::OnceLock;
@@ -20,7 +22,7 @@ pub struct EmbeddedPtx {
 impl EmbeddedPtx {
     /// The PTX text (decompressed once, on first use).
     /// ```
-    /// let text = purlin::ptx::kernels(purlin::ptx::Arch::Sm70).text();
+    /// let text = purlin::ptx::atom_kernels(purlin::ptx::Arch::Sm70).text();
     /// assert!(text.contains("purlin_atom_copy_sm70"));
     /// ```
     pub fn text(&self) -> &str {
@@ -49,14 +51,35 @@ static KERNELS: [EmbeddedPtx; 4] = [
     embedded!(Sm100, "purlin_kernels.sm_100.ptx.deflate"),
 ];
 
-/// The embedded PTX of `arch`.
+static ATOM_KERNELS: [EmbeddedPtx; 4] = [
+    embedded!(Sm70, "purlin_atom_kernels.sm_70.ptx.deflate"),
+    embedded!(Sm80, "purlin_atom_kernels.sm_80.ptx.deflate"),
+    embedded!(Sm90, "purlin_atom_kernels.sm_90.ptx.deflate"),
+    embedded!(Sm100, "purlin_atom_kernels.sm_100.ptx.deflate"),
+];
+
+/// The embedded PTX of the collectives for `arch`.
 ///
 /// ```
 /// use purlin::ptx::{self, Arch};
 /// assert!(ptx::kernels(Arch::Sm90).text().contains(".target sm_90"));
+/// assert!(ptx::kernels(Arch::Sm90).text().contains("purlin_all_reduce_bfloat16"));
 /// ```
 pub fn kernels(arch: Arch) -> &'static EmbeddedPtx {
     KERNELS
+        .iter()
+        .find(|k| k.arch == arch)
+        .expect("every Arch is embedded")
+}
+
+/// The embedded PTX of the grid-wide Atom kernels (`purlin_atom_*`, `purlin_test_*`) for `arch`.
+///
+/// ```
+/// use purlin::ptx::{self, Arch};
+/// assert!(ptx::atom_kernels(Arch::Sm90).text().contains("purlin_atom_copy_sm90"));
+/// ```
+pub fn atom_kernels(arch: Arch) -> &'static EmbeddedPtx {
+    ATOM_KERNELS
         .iter()
         .find(|k| k.arch == arch)
         .expect("every Arch is embedded")
