@@ -6,8 +6,11 @@
 # table to $OUT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-logs=${OUT:-$here/logs}
-mkdir -p "$logs"
+# Everything is written to a scratch folder; at the end the device tool's $OUT (which brings back
+# at most 8 files) gets one archive of it plus the few files worth looking at directly.
+out=${OUT:-$here/logs}
+logs=$(mktemp -d)
+mkdir -p "$out"
 bench=0
 tune=0
 if [ "${1:-}" = "--bench" ]; then bench=1; shift; fi
@@ -64,5 +67,9 @@ if [ $tune = 1 ]; then
   timeout 580 "$here/bin/purlin-tune" --ranks 2,4,8 --out "$logs/sm90.table" >"$logs/tune.log" 2>&1 || status=1
   tail -3 "$logs/tune.log" | tee -a "$summary"
 fi
-echo "---- summary"; cat "$summary"
+tar czf "$out/logs.tgz" -C "$logs" .
+for keep in summary.txt atom_bench.md all_reduce_busbw.png ar_busbw.png ag_busbw.png sm90.table; do
+  [ -f "$logs/$keep" ] && cp "$logs/$keep" "$out/"
+done
+echo "---- summary (full logs: logs.tgz)"; cat "$summary"
 exit $status
