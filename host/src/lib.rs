@@ -61,3 +61,8 @@ pub use workspace::{Workspace, WorkspaceRequirements};
 pub mod builder {
     pub use purlin_builder::*;
 }
+
+/// The README's Rust examples, compiled as doc tests so they cannot rot.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
