@@ -201,9 +201,7 @@ impl Context {
         bytes: u64,
         options: &Options,
     ) -> Result<(LaunchShape, Plan)> {
-        let gpu = self.gpu().ok_or_else(|| {
-            Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
-        })?;
+        let gpu = self.gpu().ok_or_else(host_context)?;
         let choice = options.choice.unwrap_or_else(|| {
             table().lookup(
                 gpu.compute_capability(),
@@ -261,6 +259,36 @@ impl Context {
     }
 }
 
+/// Checks and launches a collective of fixed-size parts: `src` holds `parts.0` parts and `dst`
+/// `parts.1` parts of `count` elements.
+///
+/// # Safety
+/// As [`all_reduce_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn fixed(
+    ctx: &Context,
+    kind: CollectiveKind,
+    dtype: DataType,
+    op: Option<ReduceOpKind>,
+    dst: Span,
+    src: Span,
+    count: u64,
+    parts: (u32, u32),
+    options: &Options,
+) -> Result<()> {
+    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
+    validate::check_buffer("src", src, bytes * parts.0 as u64, 16)?;
+    validate::check_buffer("dst", dst, bytes * parts.1 as u64, 16)?;
+    let call = Call {
+        kind,
+        kernel: kernel_name(kind, dtype),
+        args: args(dst, src, bytes),
+        op,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, bytes) }
+}
+
 fn args(dst: Span, src: Span, bytes: u64) -> SnacArgs {
     SnacArgs::new(dst.addr as *mut u8, src.addr as *const u8, bytes, 1)
 }
@@ -288,17 +316,20 @@ pub unsafe fn all_reduce_raw(
     count: u64,
     options: &Options,
 ) -> Result<()> {
-    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
-    validate::check_buffer("src", src, bytes, 16)?;
-    validate::check_buffer("dst", dst, bytes, 16)?;
-    let call = Call {
-        kind: CollectiveKind::AllReduce,
-        kernel: kernel_name(CollectiveKind::AllReduce, dtype),
-        args: args(dst, src, bytes),
-        op: Some(op),
-    };
     // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, bytes) }
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::AllReduce,
+            dtype,
+            Some(op),
+            dst,
+            src,
+            count,
+            (1, 1),
+            options,
+        )
+    }
 }
 
 /// Rank `r`'s `count` elements (`src`) land at `dst[r × count ..]` on every rank.
@@ -313,17 +344,20 @@ pub unsafe fn all_gather_raw(
     count: u64,
     options: &Options,
 ) -> Result<()> {
-    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
-    validate::check_buffer("src", src, bytes, 16)?;
-    validate::check_buffer("dst", dst, bytes * ctx.world() as u64, 16)?;
-    let call = Call {
-        kind: CollectiveKind::AllGather,
-        kernel: kernel_name(CollectiveKind::AllGather, dtype),
-        args: args(dst, src, bytes),
-        op: None,
-    };
     // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, bytes) }
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::AllGather,
+            dtype,
+            None,
+            dst,
+            src,
+            count,
+            (1, ctx.world()),
+            options,
+        )
+    }
 }
 
 /// Rank `r` receives the reduction over ranks of part `r` (`count` elements) of every `src`
@@ -340,17 +374,20 @@ pub unsafe fn reduce_scatter_raw(
     count: u64,
     options: &Options,
 ) -> Result<()> {
-    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
-    validate::check_buffer("src", src, bytes * ctx.world() as u64, 16)?;
-    validate::check_buffer("dst", dst, bytes, 16)?;
-    let call = Call {
-        kind: CollectiveKind::ReduceScatter,
-        kernel: kernel_name(CollectiveKind::ReduceScatter, dtype),
-        args: args(dst, src, bytes),
-        op: Some(op),
-    };
     // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, bytes) }
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::ReduceScatter,
+            dtype,
+            Some(op),
+            dst,
+            src,
+            count,
+            (ctx.world(), 1),
+            options,
+        )
+    }
 }
 
 /// Part `p` (`count` elements) of rank `r`'s `src` lands in part `r` of rank `p`'s `dst`.
@@ -365,17 +402,20 @@ pub unsafe fn all_to_all_raw(
     count: u64,
     options: &Options,
 ) -> Result<()> {
-    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
-    validate::check_buffer("src", src, bytes * ctx.world() as u64, 16)?;
-    validate::check_buffer("dst", dst, bytes * ctx.world() as u64, 16)?;
-    let call = Call {
-        kind: CollectiveKind::AllToAll,
-        kernel: kernel_name(CollectiveKind::AllToAll, dtype),
-        args: args(dst, src, bytes),
-        op: None,
-    };
     // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, bytes) }
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::AllToAll,
+            dtype,
+            None,
+            dst,
+            src,
+            count,
+            (ctx.world(), ctx.world()),
+            options,
+        )
+    }
 }
 
 /// The V collectives' counts: element counts in device memory (`u64` each), read by the kernel
@@ -482,17 +522,22 @@ pub unsafe fn all_to_all_v_raw(
     unsafe { ctx.launch_call(call, options, max_bytes) }
 }
 
+/// What a collective on a host-memory context (the CPU emulation's) gets: it has no GPU.
+fn host_context() -> Error {
+    Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
+}
+
+/// The context's stream; a host-memory (CPU emulation) context has none.
+fn stream_of(ctx: &Context) -> Result<&std::sync::Arc<cudarc::driver::CudaStream>> {
+    ctx.stream().ok_or_else(host_context)
+}
+
 fn span<T>(ctx: &Context, buf: &impl DevicePtr<T>) -> Result<Span> {
-    let stream = ctx.stream().ok_or_else(|| {
-        Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
-    })?;
-    Ok(Span::from_device(buf, stream))
+    Ok(Span::from_device(buf, stream_of(ctx)?))
 }
 
 fn span_mut<T>(ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
-    let stream = ctx.stream().ok_or_else(|| {
-        Error::Unsupported("collectives on a host-memory context: use the CPU emulation".into())
-    })?;
+    let stream = stream_of(ctx)?;
     let bytes = cudarc::driver::DeviceSlice::num_bytes(buf) as u64;
     let (addr, _guard) = buf.device_ptr_mut(stream);
     Ok(Span::new(addr, bytes))
