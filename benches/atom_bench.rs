@@ -76,6 +76,50 @@ fn grid(gpu: &Gpu, atom: AtomKind, kernel: &str, waves: u32) -> u32 {
     per_sm * gpu.sm_count() * waves
 }
 
+/// Times `run` for every Atom of the GPU's PTX, at 1, 2 and 4 full waves and both layouts,
+/// and prints one table row each. `kernel` is the kernel name after `purlin_atom_`, with `%`
+/// standing for the Atom (it sizes the waves by that kernel's occupancy).
+#[allow(clippy::too_many_arguments)]
+fn sweep(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    runs: usize,
+    label: &str,
+    kernel: &str,
+    moved: f64,
+    memcpy_tbs: f64,
+    run: impl Fn(Launch),
+) {
+    for atom in AtomKind::available_in(gpu.arch()) {
+        let name = if kernel.contains('%') {
+            format!("purlin_atom_{}", kernel.replace('%', atom.name()))
+        } else {
+            format!("purlin_atom_{kernel}_{}", atom.name())
+        };
+        for (waves, layout) in [1, 2, 4]
+            .into_iter()
+            .flat_map(|w| GridLayout::ALL.map(|l| (w, l)))
+        {
+            let launch = Launch {
+                atom,
+                blocks: grid(gpu, atom, &name, waves),
+                layout,
+            };
+            let ms = time_ms(stream, runs, || run(launch));
+            let tbs = moved / ms / 1e9;
+            println!(
+                "| {label} | {} | {} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |",
+                atom.name(),
+                launch.blocks,
+                moved as u64,
+                ms * 1e3,
+                tbs,
+                tbs / memcpy_tbs
+            );
+        }
+    }
+}
+
 fn main() -> Result<(), purlin::Error> {
     let args = Args::parse();
     let gpu = match Gpu::open(args.device) {
@@ -115,38 +159,20 @@ fn main() -> Result<(), purlin::Error> {
         memcpy_ms * 1e3,
         memcpy_tbs
     );
-    for atom in AtomKind::available_in(gpu.arch()) {
-        for (waves, layout) in [1, 2, 4]
-            .into_iter()
-            .flat_map(|w| GridLayout::ALL.map(|l| (w, l)))
-        {
-            let blocks = grid(
-                &gpu,
-                atom,
-                &format!("purlin_atom_copy_{}", atom.name()),
-                waves,
-            );
-            let launch = Launch {
-                atom,
-                blocks,
-                layout,
-            };
-            let ms = time_ms(&stream, args.runs, || {
-                // SAFETY: both allocations hold `n` bytes.
-                unsafe { atom::copy(&gpu, &stream, launch, d, s, n as u64) }.unwrap();
-            });
-            let tbs = moved / ms / 1e9;
-            println!(
-                "| copy {} MiB | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |",
-                n >> 20,
-                atom.name(),
-                2 * n,
-                ms * 1e3,
-                tbs,
-                tbs / memcpy_tbs
-            );
-        }
-    }
+    let label = format!("copy {} MiB", n >> 20);
+    sweep(
+        &gpu,
+        &stream,
+        args.runs,
+        &label,
+        "copy",
+        moved,
+        memcpy_tbs,
+        |launch| {
+            // SAFETY: both allocations hold `n` bytes.
+            unsafe { atom::copy(&gpu, &stream, launch, d, s, n as u64) }.unwrap();
+        },
+    );
     drop((src, dst));
 
     // Reduce: bf16 inputs of small integers and halves (exactly representable sums).
@@ -168,49 +194,31 @@ fn main() -> Result<(), purlin::Error> {
     let srcs: Vec<u64> = inputs.iter().map(|b| addr(b, &stream)).collect();
     let o = addr(&out, &stream);
     let moved = ((k + 1) * bytes) as f64;
-    for atom in AtomKind::available_in(gpu.arch()) {
-        for (waves, layout) in [1, 2, 4]
-            .into_iter()
-            .flat_map(|w| GridLayout::ALL.map(|l| (w, l)))
-        {
-            let blocks = grid(
-                &gpu,
-                atom,
-                &format!("purlin_atom_reduce_{}_bfloat16", atom.name()),
-                waves,
-            );
-            let launch = Launch {
-                atom,
-                blocks,
-                layout,
-            };
-            let ms = time_ms(&stream, args.runs, || {
-                // SAFETY: every allocation holds `count` bf16.
-                unsafe {
-                    atom::reduce(
-                        &gpu,
-                        &stream,
-                        launch,
-                        DataType::Bf16,
-                        ReduceOpKind::Sum,
-                        o,
-                        &srcs,
-                        count as u64,
-                    )
-                }
-                .unwrap();
-            });
-            let tbs = moved / ms / 1e9;
-            println!(
-                "| bf16 {k}-to-1 reduce, {} MiB inputs | {} | {blocks} | {layout:?} | {} | {:.1} | {:.3} | {:.3} |",
-                bytes >> 20,
-                atom.name(),
-                (k + 1) * bytes,
-                ms * 1e3,
-                tbs,
-                tbs / memcpy_tbs
-            );
-        }
-    }
+    let label = format!("bf16 {k}-to-1 reduce, {} MiB inputs", bytes >> 20);
+    sweep(
+        &gpu,
+        &stream,
+        args.runs,
+        &label,
+        "reduce_%_bfloat16",
+        moved,
+        memcpy_tbs,
+        |launch| {
+            // SAFETY: every allocation holds `count` bf16.
+            unsafe {
+                atom::reduce(
+                    &gpu,
+                    &stream,
+                    launch,
+                    DataType::Bf16,
+                    ReduceOpKind::Sum,
+                    o,
+                    &srcs,
+                    count as u64,
+                )
+            }
+            .unwrap();
+        },
+    );
     Ok(())
 }
