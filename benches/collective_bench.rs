@@ -58,6 +58,32 @@ fn bench(args: &Args) -> Result<(), String> {
         seed,
         check: args.check,
     };
+    #[cfg(feature = "mpi")]
+    let mpi = if args.mpi {
+        Some(purlin::bootstrap::Mpi::init().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    #[cfg(not(feature = "mpi"))]
+    if args.mpi {
+        return Err("--mpi needs purlin-bench built with `--features mpi`".into());
+    }
+    #[cfg(feature = "mpi")]
+    let (gpu, sweep) = match &mpi {
+        Some(m) => {
+            use purlin::bootstrap::Bootstrap;
+            let gpu = Gpu::open(m.local_device().map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            (
+                gpu,
+                Sweep {
+                    world: m.world(),
+                    ..sweep
+                },
+            )
+        }
+        None => (gpu, sweep),
+    };
     let copy_bw = run::copy_bandwidth(&gpu).map_err(|e| e.to_string())?;
     println!(
         "# {} on {} rank(s), {} ({} SMs), {} GPU(s); {}; graphLaunches {} runs {} warmup {}; copy roofline {:.3} TB/s",
@@ -76,12 +102,27 @@ fn bench(args: &Args) -> Result<(), String> {
         args.warmup,
         copy_bw / 1e12
     );
-    println!("{}", report::header(args.csv));
-    let rows = run::run(&gpu, &sweep, copy_bw, |done, all| {
+    let progress = |done: usize, all: usize| {
         eprint!("\r# {done}/{all} sizes");
         let _ = std::io::stderr().flush();
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    #[cfg(feature = "mpi")]
+    if let Some(m) = &mpi {
+        use purlin::bootstrap::Bootstrap;
+        let rows = run::run_rank(m, &gpu, &sweep, copy_bw, &progress).map_err(|e| e.to_string())?;
+        if m.rank() == 0 {
+            println!("{}", report::header(args.csv));
+            for row in &rows {
+                println!(
+                    "{}",
+                    report::line(row, args.collective, sweep.world, args.csv)
+                );
+            }
+        }
+        return Ok(());
+    }
+    println!("{}", report::header(args.csv));
+    let rows = run::run(&gpu, &sweep, copy_bw, progress).map_err(|e| e.to_string())?;
     eprintln!();
     for row in &rows {
         println!(

@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 "$root/scripts/tools.sh" mpi >/dev/null
 cargo build -p purlin --features mpi
-cargo clippy -p purlin -p purlin-examples --no-deps --all-targets --features purlin/mpi -- -D warnings
+cargo clippy -p purlin -p purlin-examples -p purlin-bench --no-deps --all-targets --features purlin/mpi,purlin-bench/mpi -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc -p purlin --no-deps --features mpi
 cargo build -p purlin-examples --example p2p --features mpi
 timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 target/debug/examples/p2p 1M

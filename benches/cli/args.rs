@@ -104,4 +104,7 @@ pub struct Args {
     /// Spread the ranks over this many GPUs of this machine (1: the virtual node).
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
+    /// One process per rank under `mpirun` (needs the `mpi` feature); the world is mpirun's.
+    #[arg(long)]
+    pub mpi: bool,
 }

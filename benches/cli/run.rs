@@ -1,6 +1,7 @@
-//! Running one collective on the virtual node and timing it: every rank a thread of this
-//! process with its own stream, all on one GPU (or spread over `gpus` GPUs), synchronised per
-//! size with a barrier. Time per collective is the slowest rank's.
+//! Running one collective and timing it: every rank a thread of this process with its own
+//! stream, all on one GPU (the virtual node) or spread over several, or one process per rank
+//! under MPI; ranks meet at the bootstrap for every size. Time per collective is the slowest
+//! rank's.
 
 use super::report::{Collective, Row};
 use cudarc::driver::{CudaSlice, CudaStream, sys};
@@ -9,7 +10,7 @@ use purlin::collective::{self, Counts, Options};
 use purlin::memory::{DeviceAllocator, Span};
 use purlin::workspace::{Workspace, WorkspaceRequirements};
 use purlin::{Context, DataType, Gpu, ReduceOpKind};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 
 /// How one sweep runs.
 #[derive(Clone, Debug)]
@@ -307,17 +308,14 @@ unsafe fn call(
     }
 }
 
-/// Runs the sweep; `progress(i, n)` is called after each size. Returns one row per size.
+/// Runs the sweep on the virtual node (or `sweep.gpus` GPUs of this machine): one thread per
+/// rank. `progress(i, n)` is called after each size. Returns one row per size.
 pub fn run(
     gpu: &Arc<Gpu>,
     sweep: &Sweep,
     copy_bandwidth: f64,
     progress: impl Fn(usize, usize) + Sync,
 ) -> purlin::Result<Vec<Row>> {
-    let (world, elem) = (sweep.world, sweep.dtype.size());
-    let max_size = sweep.sizes.iter().copied().max().unwrap_or(0);
-    let max_count = count_for(sweep.collective, world, max_size, elem);
-    let (in_cap, out_cap) = buffer_bytes(sweep.collective, world, max_count, elem);
     let gpus: Vec<Arc<Gpu>> = (0..sweep.gpus.max(1))
         .map(|g| {
             if g == 0 {
@@ -327,165 +325,162 @@ pub fn run(
             }
         })
         .collect::<purlin::Result<_>>()?;
-    let barrier = Barrier::new(world as usize);
-    // Per size: every rank's time (ms per collective), inputs and outputs when checking.
-    let times = Mutex::new(vec![vec![0.0f64; world as usize]; sweep.sizes.len()]);
-    type Checked = Option<(Vec<u8>, Vec<u8>, Vec<u64>)>;
-    let checked: Mutex<Vec<Vec<Checked>>> =
-        Mutex::new(vec![vec![None; world as usize]; sweep.sizes.len()]);
-    let failure: Mutex<Option<purlin::Error>> = Mutex::new(None);
-    std::thread::scope(|s| -> purlin::Result<()> {
-        for b in InProcess::group(world)? {
-            let gpu = gpus[b.rank() as usize % gpus.len()].clone();
-            let (barrier, times, checked, failure, progress) =
-                (&barrier, &times, &checked, &failure, &progress);
-            s.spawn(move || {
-                let result = (|| -> purlin::Result<()> {
-                    let r = b.rank();
-                    let stream = gpu.new_stream()?;
-                    let ws = Workspace::new(
-                        &b,
-                        DeviceAllocator::new(gpu.clone()),
-                        WorkspaceRequirements::default(),
-                    )?;
-                    let ctx = Context::new(r, world, ws, &stream)?;
-                    let mut src: CudaSlice<u8> = stream.alloc_zeros(in_cap.max(16))?;
-                    let mut dst: CudaSlice<u8> = stream.alloc_zeros(out_cap.max(16))?;
-                    let mut counts_buf: CudaSlice<u64> = stream.alloc_zeros(2 * world as usize)?;
-                    stream.memcpy_htod(
-                        &inputs(sweep.seed, r, in_cap, sweep.dtype),
-                        &mut src.slice_mut(..in_cap / elem * elem),
-                    )?;
-                    for (i, &size) in sweep.sizes.iter().enumerate() {
-                        let count = count_for(sweep.collective, world, size, elem);
-                        let counts = v_counts(sweep.collective, world, r, count, elem);
-                        stream.memcpy_htod(&counts, &mut counts_buf.slice_mut(..counts.len()))?;
-                        let (s_span, d_span) = (
-                            Span::from_device(&src, &stream),
-                            Span::from_device(&dst, &stream),
-                        );
-                        let counts_arg = Counts {
-                            addr: Span::from_device(&counts_buf, &stream).addr,
-                            max_count: count * world as u64,
-                        };
-                        barrier.wait();
-                        // 1. Check: poison, one call, compare (rank 0 compares once all are in).
-                        if sweep.check {
-                            stream.memcpy_htod(
-                                &vec![0xffu8; out_cap],
-                                &mut dst.slice_mut(..out_cap),
-                            )?;
-                            // SAFETY: buffers sized for the largest size of the sweep.
-                            unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg)? };
-                            ctx.synchronize()?;
-                            let (ib, ob) = buffer_bytes(sweep.collective, world, count, elem);
-                            let mut input = stream.clone_dtoh(&src)?;
-                            input.truncate(ib);
-                            let mut output = stream.clone_dtoh(&dst)?;
-                            output.truncate(ob);
-                            checked.lock().unwrap_or_else(|e| e.into_inner())[i][r as usize] =
-                                Some((input, output, counts.clone()));
-                        }
-                        // 2. Warm up, then time (graph replays or plain launches).
-                        for _ in 0..sweep.warmup {
-                            // SAFETY: as above.
-                            unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg)? };
-                        }
-                        ctx.synchronize()?;
-                        barrier.wait();
-                        let per_call_ms = if sweep.graph_launches > 0 {
-                            stream.begin_capture(
-                                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                            )?;
-                            let mut captured = Ok(());
-                            for _ in 0..sweep.graph_launches {
-                                // SAFETY: as above.
-                                captured = captured.and_then(|_| unsafe {
-                                    call(sweep, &ctx, d_span, s_span, count, counts_arg)
-                                });
-                            }
-                            let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
-                            captured?;
-                            let graph = graph.ok_or_else(|| {
-                                purlin::Error::InvalidLaunch("the capture produced no graph".into())
-                            })?;
-                            time_ms(&stream, sweep.runs, |_| {
-                                graph.launch().map_err(purlin::Error::from)
-                            })? / sweep.graph_launches as f64
-                        } else {
-                            // SAFETY: as above.
-                            time_ms(&stream, sweep.runs, |_| unsafe {
-                                call(sweep, &ctx, d_span, s_span, count, counts_arg)
-                            })?
-                        };
-                        ctx.synchronize()?;
-                        times.lock().unwrap_or_else(|e| e.into_inner())[i][r as usize] =
-                            per_call_ms;
-                        if r == 0 {
-                            progress(i + 1, sweep.sizes.len());
-                        }
-                    }
-                    ctx.finalize()
-                })();
-                if let Err(e) = result {
-                    failure
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert(e);
-                }
-            });
-        }
-        Ok(())
+    let progress = &progress;
+    let results: Vec<purlin::Result<Vec<Row>>> = std::thread::scope(|s| -> purlin::Result<_> {
+        let handles: Vec<_> = InProcess::group(sweep.world)?
+            .into_iter()
+            .map(|b| {
+                let gpu = gpus[b.rank() as usize % gpus.len()].clone();
+                s.spawn(move || run_rank(&b, &gpu, sweep, copy_bandwidth, progress))
+            })
+            .collect();
+        Ok(handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect())
     })?;
-    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
+    // Every rank computes the same rows; report the first failure, else rank 0's rows.
+    let mut rows = None;
+    for r in results {
+        let r = r?;
+        rows.get_or_insert(r);
     }
-    let times = times.into_inner().unwrap_or_else(|e| e.into_inner());
-    let checked = checked.into_inner().unwrap_or_else(|e| e.into_inner());
-    let rows = sweep
-        .sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &size)| {
-            let count = count_for(sweep.collective, world, size, elem);
-            let wrong = sweep.check.then(|| {
-                let per_rank: Vec<(Vec<u8>, Vec<u8>, Vec<u64>)> = checked[i]
-                    .iter()
-                    .map(|e| e.clone().expect("every rank checked"))
-                    .collect();
-                let all_in: Vec<Vec<u8>> = per_rank.iter().map(|e| e.0.clone()).collect();
-                let counts: Vec<Vec<u64>> = per_rank.iter().map(|e| e.2.clone()).collect();
-                let want = expected(sweep, count, &all_in, &counts);
-                per_rank
-                    .iter()
-                    .zip(&want)
-                    .map(|((_, got, _), want)| {
-                        let n = want.len().min(got.len());
-                        let differing = got[..n]
-                            .chunks(elem)
-                            .zip(want[..n].chunks(elem))
-                            .filter(|(a, b)| a != b)
-                            .count();
-                        (differing + (want.len() - n) / elem) as u64
-                    })
-                    .sum::<u64>()
-            });
-            Row {
-                total_bytes: size,
-                count: size / elem as u64,
-                dtype: sweep.dtype,
-                redop: if sweep.collective.reduces() {
-                    sweep.op.name()
-                } else {
-                    "none"
-                },
-                time_us: times[i].iter().copied().fold(0.0, f64::max) * 1e3,
-                wrong,
-                min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
-                copy_bandwidth,
+    Ok(rows.unwrap_or_default())
+}
+
+fn f64s(all: Vec<Vec<u8>>) -> Vec<f64> {
+    all.iter()
+        .map(|b| f64::from_le_bytes(b[..8].try_into().expect("8 bytes per rank")))
+        .collect()
+}
+
+/// One rank's part of the sweep, through any bootstrap (in-process threads, or MPI: one process
+/// per rank). Ranks meet at the bootstrap for every size; every rank returns the same rows
+/// (times are the slowest rank's; wrong elements are summed over ranks).
+pub fn run_rank<B: Bootstrap + Clone + 'static>(
+    b: &B,
+    gpu: &Arc<Gpu>,
+    sweep: &Sweep,
+    copy_bandwidth: f64,
+    progress: &(impl Fn(usize, usize) + Sync),
+) -> purlin::Result<Vec<Row>> {
+    let (r, world, elem) = (b.rank(), sweep.world, sweep.dtype.size());
+    if b.world() != world {
+        return Err(purlin::Error::WorldMismatch {
+            world,
+            bootstrap: b.world(),
+        });
+    }
+    let max_size = sweep.sizes.iter().copied().max().unwrap_or(0);
+    let max_count = count_for(sweep.collective, world, max_size, elem);
+    let (in_cap, out_cap) = buffer_bytes(sweep.collective, world, max_count, elem);
+    let stream = gpu.new_stream()?;
+    let ws = Workspace::new(
+        b,
+        DeviceAllocator::new(gpu.clone()),
+        WorkspaceRequirements::default(),
+    )?;
+    let ctx = Context::new(r, world, ws, &stream)?;
+    let mut src: CudaSlice<u8> = stream.alloc_zeros(in_cap.max(16))?;
+    let mut dst: CudaSlice<u8> = stream.alloc_zeros(out_cap.max(16))?;
+    let mut counts_buf: CudaSlice<u64> = stream.alloc_zeros(2 * world as usize)?;
+    let mine = inputs(sweep.seed, r, in_cap, sweep.dtype);
+    if !mine.is_empty() {
+        stream.memcpy_htod(&mine, &mut src.slice_mut(..mine.len()))?;
+    }
+    let mut rows = Vec::with_capacity(sweep.sizes.len());
+    for (i, &size) in sweep.sizes.iter().enumerate() {
+        let count = count_for(sweep.collective, world, size, elem);
+        let counts = v_counts(sweep.collective, world, r, count, elem);
+        stream.memcpy_htod(&counts, &mut counts_buf.slice_mut(..counts.len()))?;
+        let (s_span, d_span) = (
+            Span::from_device(&src, &stream),
+            Span::from_device(&dst, &stream),
+        );
+        let counts_arg = Counts {
+            addr: Span::from_device(&counts_buf, &stream).addr,
+            max_count: count * world as u64,
+        };
+        b.barrier()?;
+        // 1. Check: poison, one call, compare with the reference built from every rank's input.
+        let wrong = if sweep.check {
+            stream.memcpy_htod(&vec![0xffu8; out_cap], &mut dst.slice_mut(..out_cap))?;
+            // SAFETY: buffers sized for the largest size of the sweep.
+            unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg)? };
+            ctx.synchronize()?;
+            let (ib, ob) = buffer_bytes(sweep.collective, world, count, elem);
+            let mut got = stream.clone_dtoh(&dst)?;
+            got.truncate(ob);
+            let all_in: Vec<Vec<u8>> = (0..world)
+                .map(|p| inputs(sweep.seed, p, ib, sweep.dtype))
+                .collect();
+            let all_counts: Vec<Vec<u64>> = (0..world)
+                .map(|p| v_counts(sweep.collective, world, p, count, elem))
+                .collect();
+            let want = expected(sweep, count, &all_in, &all_counts).swap_remove(r as usize);
+            let n = want.len().min(got.len());
+            let differing = got[..n]
+                .chunks(elem)
+                .zip(want[..n].chunks(elem))
+                .filter(|(a, b)| a != b)
+                .count();
+            let mine = (differing + (want.len() - n) / elem) as f64;
+            Some(f64s(b.all_gather(&mine.to_le_bytes())?).iter().sum::<f64>() as u64)
+        } else {
+            None
+        };
+        // 2. Warm up, then time (graph replays or plain launches).
+        for _ in 0..sweep.warmup {
+            // SAFETY: as above.
+            unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg)? };
+        }
+        ctx.synchronize()?;
+        b.barrier()?;
+        let per_call_ms = if sweep.graph_launches > 0 {
+            stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let mut captured = Ok(());
+            for _ in 0..sweep.graph_launches {
+                // SAFETY: as above.
+                captured = captured
+                    .and_then(|_| unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg) });
             }
-        })
-        .collect();
+            let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+            captured?;
+            let graph = graph.ok_or_else(|| {
+                purlin::Error::InvalidLaunch("the capture produced no graph".into())
+            })?;
+            time_ms(&stream, sweep.runs, |_| {
+                graph.launch().map_err(purlin::Error::from)
+            })? / sweep.graph_launches as f64
+        } else {
+            // SAFETY: as above.
+            time_ms(&stream, sweep.runs, |_| unsafe {
+                call(sweep, &ctx, d_span, s_span, count, counts_arg)
+            })?
+        };
+        ctx.synchronize()?;
+        let slowest = f64s(b.all_gather(&per_call_ms.to_le_bytes())?)
+            .into_iter()
+            .fold(0.0, f64::max);
+        if r == 0 {
+            progress(i + 1, sweep.sizes.len());
+        }
+        rows.push(Row {
+            total_bytes: size,
+            count: size / elem as u64,
+            dtype: sweep.dtype,
+            redop: if sweep.collective.reduces() {
+                sweep.op.name()
+            } else {
+                "none"
+            },
+            time_us: slowest * 1e3,
+            wrong,
+            min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
+            copy_bandwidth,
+        });
+    }
+    ctx.finalize()?;
     Ok(rows)
 }
 
