@@ -1,6 +1,9 @@
 //! Host-launched collectives: one kernel per collective (and per element type for the
 //! reductions, the operator being a run-time argument), running the architecture's native
-//! Atom with the plan the host passes in `SnacArgs::plan`.
+//! Atom with the plan the host passes in `SnacArgs::plan`. The reductions run the `_op` forms
+//! of the collectives: one instance of the collective per type, whose reduce steps pick the
+//! operator's datapath with a `match`; every call is static, so each kernel holds only its
+//! own code.
 //!
 //! Kernel names: `purlin_all_gather`, `purlin_all_gather_v`, `purlin_all_to_all`,
 //! `purlin_all_to_all_v`, and `purlin_<collective>_<type>` for `all_reduce`, `reduce_scatter`
@@ -21,13 +24,13 @@ use purlin_device::collective;
 use purlin_device::context::Context;
 use purlin_device::element::{E4m3, E5m2};
 use purlin_device::half;
-use purlin_device::op::{Max, Min, Prod, ReduceOpKind, Sum};
+use purlin_device::op::ReduceOpKind;
 use purlin_device::snac::{Runtime, SnacArgs, smem_bytes};
 
 /// Threads per block of every collective kernel in this module: the native Atom's, at most 256.
-/// ptxas gives these kernels up to 255 registers (the deepest reachable reduce datapath
-/// decides, as the typed reductions are called through function pointers), so 256 threads is
-/// what one block per SM can hold; the Atoms work with any block size up to their own.
+/// ptxas gives some of these kernels more than 128 registers (the fp8 latency paths and the
+/// deepest call chains decide), so 256 threads is what one block per SM can hold; the Atoms
+/// work with any block size up to their own.
 #[unsafe(no_mangle)]
 pub static PURLIN_COLLECTIVE_THREADS: u32 = if Native::THREADS < 256 {
     Native::THREADS
@@ -48,29 +51,6 @@ fn launched(mut args: SnacArgs) -> SnacArgs {
     args
 }
 
-/// Runs `f::<T, O>` for the run-time operator `op`; traps on an unknown one (the host
-/// validates it before launching).
-macro_rules! by_op {
-    ($op:expr, $f:ident, $t:ty, $args:expr, $ctx:expr) => {
-        match ReduceOpKind::from_u32($op) {
-            // SAFETY (all arms): forwarded launch contract.
-            Some(ReduceOpKind::Sum) => unsafe {
-                collective::$f::<Native, Runtime, $t, Sum>($args, $ctx)
-            },
-            Some(ReduceOpKind::Max) => unsafe {
-                collective::$f::<Native, Runtime, $t, Max>($args, $ctx)
-            },
-            Some(ReduceOpKind::Min) => unsafe {
-                collective::$f::<Native, Runtime, $t, Min>($args, $ctx)
-            },
-            Some(ReduceOpKind::Prod) => unsafe {
-                collective::$f::<Native, Runtime, $t, Prod>($args, $ctx)
-            },
-            None => arch::trap(),
-        }
-    };
-}
-
 macro_rules! reduce_kernels {
     ($f:ident, [$($t:ty => $name:ident),* $(,)?]) => {
         $(
@@ -81,23 +61,28 @@ macro_rules! reduce_kernels {
             /// buffers; buffers and context valid.
             #[unsafe(no_mangle)]
             pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context, op: u32) {
-                by_op!(op, $f, $t, launched(args), ctx)
+                // The host validates the operator before launching.
+                let Some(op) = ReduceOpKind::from_u32(op) else {
+                    arch::trap()
+                };
+                // SAFETY: forwarded launch contract.
+                unsafe { collective::$f::<Native, Runtime, $t>(launched(args), ctx, op) }
             }
         )*
     };
 }
 
-reduce_kernels!(all_reduce, [
+reduce_kernels!(all_reduce_op, [
     f32 => purlin_all_reduce_float, half::f16 => purlin_all_reduce_half,
     half::bf16 => purlin_all_reduce_bfloat16, E4m3 => purlin_all_reduce_f8e4m3,
     E5m2 => purlin_all_reduce_f8e5m2,
 ]);
-reduce_kernels!(reduce_scatter, [
+reduce_kernels!(reduce_scatter_op, [
     f32 => purlin_reduce_scatter_float, half::f16 => purlin_reduce_scatter_half,
     half::bf16 => purlin_reduce_scatter_bfloat16, E4m3 => purlin_reduce_scatter_f8e4m3,
     E5m2 => purlin_reduce_scatter_f8e5m2,
 ]);
-reduce_kernels!(reduce_scatter_v, [
+reduce_kernels!(reduce_scatter_v_op, [
     f32 => purlin_reduce_scatter_v_float, half::f16 => purlin_reduce_scatter_v_half,
     half::bf16 => purlin_reduce_scatter_v_bfloat16, E4m3 => purlin_reduce_scatter_v_f8e4m3,
     E5m2 => purlin_reduce_scatter_v_f8e5m2,

@@ -8,6 +8,12 @@
 //! | [`all_to_all`] / [`all_to_all_v`] | scattered → transposed | copy |
 //! | [`all_reduce`] | packed → packed | packets (one-/two-shot) or RS head + AG tail (direct at world 2) |
 //!
+//! The reductions take their operator as a type (`O: ReduceOp`, one datapath compiled) or, in
+//! their `_op` forms ([`all_reduce_op`], [`reduce_scatter_op`], [`reduce_scatter_v_op`]), as a
+//! run-time [`ReduceOpKind`]: the collective is then compiled once for its element type and
+//! each reduce step `match`es the operator to one of four static datapaths. No form calls
+//! through a function pointer.
+//!
 //! Every entry point takes the call's [`SnacArgs`] and the communicator's [`Context`] by value.
 //! Exactly `args.blocks` blocks enter, each with its `args.block`, all with the same number of
 //! threads and [`smem_bytes::<A>()`](crate::snac::smem_bytes) bytes of shared memory at
@@ -55,10 +61,10 @@ use crate::layout::{
 };
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::partition::split_bytes;
-use crate::snac::latency::{self, LatencyFn};
+use crate::snac::latency;
 use crate::snac::staging::{Engine, Get, Streams};
 use crate::snac::sync::Call;
-use crate::snac::transfer::{self, ReduceFn};
+use crate::snac::transfer::{self, NoReduce, Operator, Reducer, Static, Typed};
 use crate::snac::{Algorithm, CollectiveKind, Config, Plan, SnacArgs, scratch_offset};
 use streams::{Buffers, Composed, Direct, Exchange, Gather, Scatter};
 
@@ -83,31 +89,6 @@ fn check(args: &SnacArgs, ctx: &Context, kind: CollectiveKind, elem: u64) -> Opt
         return None;
     }
     Some(args.coll_blocks.clamp(args.blocks, MAX_BLOCKS as u32))
-}
-
-/// The typed parts of a reduction, as function pointers: the collectives themselves are then
-/// compiled once per Atom rather than once per Atom, type and operator (which multiplied the
-/// PTX several times over).
-#[derive(Clone, Copy)]
-struct Typed {
-    size: u64,
-    op: ReduceOpKind,
-    reduce: ReduceFn,
-    one_shot: LatencyFn,
-    two_shot: LatencyFn,
-}
-
-impl Typed {
-    #[inline(always)]
-    fn of<A: Atom, T: Element, O: ReduceOp>() -> Self {
-        Self {
-            size: core::mem::size_of::<T>() as u64,
-            op: O::KIND,
-            reduce: transfer::reduce_bytes::<A, T, O>,
-            one_shot: latency::one_shot::<T>,
-            two_shot: latency::two_shot::<T>,
-        }
-    }
 }
 
 /// This block's share of a local copy (world 1), in whole 16-byte units.
@@ -136,12 +117,18 @@ unsafe fn local_copy<A: Atom>(args: &SnacArgs, dst: *mut u8, src: *const u8, len
 ///
 /// # Safety
 /// Both ranges valid for `len` bytes of the reduction's type (they may be equal).
-unsafe fn local_reduce(args: &SnacArgs, typed: &Typed, dst: *mut u8, src: *const u8, len: u64) {
+unsafe fn local_reduce<A: Atom, R: Reducer>(
+    args: &SnacArgs,
+    reducer: R,
+    dst: *mut u8,
+    src: *const u8,
+    len: u64,
+) {
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
     // SAFETY: the share lies inside both ranges, at an element boundary (16-byte units hold
     // whole elements, and so does the tail).
     unsafe {
-        (typed.reduce)(
+        reducer.reduce::<A>(
             Coop::block(),
             dst.add(offset),
             &[src.add(offset)],
@@ -156,14 +143,14 @@ unsafe fn local_reduce(args: &SnacArgs, typed: &Typed, dst: *mut u8, src: *const
 /// # Safety
 /// The streams describe valid buffers; every rank makes the same call.
 #[inline(never)]
-unsafe fn staged<A: Atom, S: Streams>(
+unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
     args: &SnacArgs,
     ctx: Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
     streams: &S,
-    reduce: Option<ReduceFn>,
+    reducer: R,
 ) {
     // SAFETY: `args.smem` holds `smem_bytes::<A>()` bytes (the entry points' contract).
     let scratch = unsafe { args.smem.add(scratch_offset::<A>() as usize) };
@@ -178,9 +165,9 @@ unsafe fn staged<A: Atom, S: Streams>(
         call.post_extent(engine.local_rounds());
     }
     // SAFETY: forwarded contract.
-    let ran = unsafe { engine.run::<A>(&mut call, args, plan, reduce) };
+    let ran = unsafe { engine.run::<A, R>(&mut call, args, plan, reducer) };
     let rounds = match agreed {
-        Some(len) => engine.geometry.chunks(len),
+        Some(len) => engine.geometry().chunks(len),
         // After a fault the other ranks may never post their extent: do not wait for it.
         None if ran.is_ok() => call.agree_extent().unwrap_or(1),
         None => 1,
@@ -236,24 +223,46 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
     ctx: Context,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_typed::<A>(args, ctx, C::plan(&args.plan), Typed::of::<A, T, O>()) }
+    unsafe { all_reduce_with::<A, T, _>(args, ctx, C::plan(&args.plan), Static::<O>::NEW) }
+}
+
+/// [`all_reduce`] with the operator chosen at run time: the collective is compiled once for
+/// `T`, and each reduction picks one of the four operators' datapaths with a `match` (static
+/// calls). This is what the host-launched kernels run, their operator being an argument.
+///
+/// # Safety
+/// As [`all_reduce`].
+#[inline(always)]
+pub unsafe fn all_reduce_op<A: Atom, C: Config, T: Element>(
+    args: SnacArgs,
+    ctx: Context,
+    op: ReduceOpKind,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { all_reduce_with::<A, T, _>(args, ctx, C::plan(&args.plan), op) }
 }
 
 /// # Safety
 /// As [`all_reduce`].
 #[inline(never)]
-unsafe fn all_reduce_typed<A: Atom>(args: SnacArgs, ctx: Context, plan: Plan, typed: Typed) {
+unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
+    args: SnacArgs,
+    ctx: Context,
+    plan: Plan,
+    op: P,
+) {
     let kind = CollectiveKind::AllReduce;
-    let Some(coll_blocks) = check(&args, &ctx, kind, typed.size) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, core::mem::size_of::<T>() as u64) else {
         return;
     };
     let bytes = args.bytes;
     if bytes == 0 {
         return;
     }
+    let reducer = Typed::<T, P>::new(op);
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
-        return unsafe { local_reduce(&args, &typed, args.dst, args.src, bytes) };
+        return unsafe { local_reduce::<A, _>(&args, reducer, args.dst, args.src, bytes) };
     }
     let algorithm = all_reduce_algorithm(&plan, bytes, ctx.world, ctx.latency_window_bytes);
     let b = Buffers {
@@ -274,28 +283,20 @@ unsafe fn all_reduce_typed<A: Atom>(args: SnacArgs, ctx: Context, plan: Plan, ty
                 )
             };
             call.announce_arrival();
-            let run = if algorithm == Algorithm::OneShot {
-                typed.one_shot
+            let (dst, src, blocks) = (args.dst, args.src, args.blocks);
+            // SAFETY (both arms): forwarded contract; the payload fits the windows (checked by
+            // the choice).
+            let _ = if algorithm == Algorithm::OneShot {
+                unsafe { latency::one_shot::<T, P>(&call, dst, src, bytes, blocks, op) }
             } else {
-                typed.two_shot
+                unsafe { latency::two_shot::<T, P>(&call, dst, src, bytes, blocks, op) }
             };
-            // SAFETY: forwarded contract; the payload fits the windows (checked by the choice).
-            let _ = unsafe { run(&call, args.dst, args.src, bytes, args.blocks, typed.op) };
             call.finish(1, args.blocks, coll_blocks);
         }
         _ if ctx.world == 2 => {
+            let streams = Direct { b, bytes };
             // SAFETY: forwarded contract.
-            unsafe {
-                staged::<A, _>(
-                    &args,
-                    ctx,
-                    kind,
-                    &plan,
-                    coll_blocks,
-                    &Direct { b, bytes },
-                    Some(typed.reduce),
-                )
-            }
+            unsafe { staged::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, &streams, reducer) }
         }
         _ => {
             let streams = Composed {
@@ -306,17 +307,7 @@ unsafe fn all_reduce_typed<A: Atom>(args: SnacArgs, ctx: Context, plan: Plan, ty
                 },
             };
             // SAFETY: forwarded contract.
-            unsafe {
-                staged::<A, _>(
-                    &args,
-                    ctx,
-                    kind,
-                    &plan,
-                    coll_blocks,
-                    &streams,
-                    Some(typed.reduce),
-                )
-            }
+            unsafe { staged::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, &streams, reducer) }
         }
     }
 }
@@ -333,14 +324,22 @@ pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_typed::<A>(
-            args,
-            ctx,
-            C::plan(&args.plan),
-            Typed::of::<A, T, O>(),
-            false,
-        )
+        reduce_scatter_with::<A, T, _, false>(args, ctx, C::plan(&args.plan), Static::<O>::NEW)
     }
+}
+
+/// [`reduce_scatter`] with the operator chosen at run time (see [`all_reduce_op`]).
+///
+/// # Safety
+/// As [`reduce_scatter`].
+#[inline(always)]
+pub unsafe fn reduce_scatter_op<A: Atom, C: Config, T: Element>(
+    args: SnacArgs,
+    ctx: Context,
+    op: ReduceOpKind,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reduce_scatter_with::<A, T, _, false>(args, ctx, C::plan(&args.plan), op) }
 }
 
 /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
@@ -355,62 +354,78 @@ pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_typed::<A>(args, ctx, C::plan(&args.plan), Typed::of::<A, T, O>(), true)
+        reduce_scatter_with::<A, T, _, true>(args, ctx, C::plan(&args.plan), Static::<O>::NEW)
     }
+}
+
+/// [`reduce_scatter_v`] with the operator chosen at run time (see [`all_reduce_op`]).
+///
+/// # Safety
+/// As [`reduce_scatter_v`].
+#[inline(always)]
+pub unsafe fn reduce_scatter_v_op<A: Atom, C: Config, T: Element>(
+    args: SnacArgs,
+    ctx: Context,
+    op: ReduceOpKind,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reduce_scatter_with::<A, T, _, true>(args, ctx, C::plan(&args.plan), op) }
 }
 
 /// # Safety
 /// As [`reduce_scatter`] or [`reduce_scatter_v`].
 #[inline(never)]
-unsafe fn reduce_scatter_typed<A: Atom>(
+unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
     mut args: SnacArgs,
     ctx: Context,
     plan: Plan,
-    typed: Typed,
-    v: bool,
+    op: P,
 ) {
-    let kind = if v {
+    let kind = if V {
         CollectiveKind::ReduceScatterV
     } else {
         CollectiveKind::ReduceScatter
     };
-    args.elem_bytes = typed.size as u32;
-    let Some(coll_blocks) = check(&args, &ctx, kind, typed.size) else {
+    let size = core::mem::size_of::<T>();
+    args.elem_bytes = size as u32;
+    let Some(coll_blocks) = check(&args, &ctx, kind, size as u64) else {
         return;
     };
-    if v {
+    let reducer = Typed::<T, P>::new(op);
+    if V {
         let layout = ScatteredV {
             counts: args.counts,
             elem_bytes: args.elem_bytes,
         };
         if layout.max_part(ctx.world) != Some(0) {
             // SAFETY: forwarded contract.
-            unsafe {
-                reduce_scatter_with::<A, _>(&args, ctx, kind, &plan, coll_blocks, layout, &typed)
-            }
+            unsafe { scatter::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, layout, reducer) }
         }
     } else if args.bytes != 0 {
         let layout = Scattered { bytes: args.bytes };
         // SAFETY: forwarded contract.
-        unsafe { reduce_scatter_with::<A, _>(&args, ctx, kind, &plan, coll_blocks, layout, &typed) }
+        unsafe { scatter::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, layout, reducer) }
     }
 }
 
 /// # Safety
 /// As [`reduce_scatter`].
-unsafe fn reduce_scatter_with<A: Atom, L: Layout>(
+#[inline(always)]
+unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
     args: &SnacArgs,
     ctx: Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
     layout: L,
-    typed: &Typed,
+    reducer: R,
 ) {
     if ctx.world == 1 {
         let (offset, len) = layout.part(0, 0);
         // SAFETY: forwarded contract.
-        return unsafe { local_reduce(args, typed, args.dst, args.src.add(offset as usize), len) };
+        return unsafe {
+            local_reduce::<A, R>(args, reducer, args.dst, args.src.add(offset as usize), len)
+        };
     }
     let streams = Scatter {
         b: Buffers {
@@ -422,17 +437,7 @@ unsafe fn reduce_scatter_with<A: Atom, L: Layout>(
         src: layout,
     };
     // SAFETY: forwarded contract.
-    unsafe {
-        staged::<A, _>(
-            args,
-            ctx,
-            kind,
-            plan,
-            coll_blocks,
-            &streams,
-            Some(typed.reduce),
-        )
-    }
+    unsafe { staged::<A, _, R>(args, ctx, kind, plan, coll_blocks, &streams, reducer) }
 }
 
 /// AllGather: part `p` of every rank's `dst` (`world × args.bytes` bytes) is rank `p`'s `src`
@@ -527,7 +532,7 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
         return local::<A, _>(args, &streams);
     }
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, _>(args, ctx, kind, plan, coll_blocks, &streams, None) }
+    unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, NoReduce) }
 }
 
 /// World 1: run the one local stream (consumer stream 0) over all blocks.
@@ -628,5 +633,5 @@ unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
         return local::<A, _>(args, &streams);
     }
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, _>(args, ctx, kind, plan, coll_blocks, &streams, None) }
+    unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, NoReduce) }
 }

@@ -17,9 +17,9 @@
 use super::fault::SignalKind;
 use super::packet;
 use super::sync::{Call, Left};
+use super::transfer::Operator;
 use crate::arch;
 use crate::element::Element;
-use crate::op::{Max, Min, Prod, ReduceOp, ReduceOpKind, Sum};
 use crate::partition::even_split;
 
 /// Bytes of window per unit (two packets).
@@ -145,29 +145,6 @@ unsafe fn get_unit(
     Ok(lo.unwrap_or(0) as u128 | ((hi.unwrap_or(0) as u128) << 64))
 }
 
-/// `acc ⊕= x`, lane by lane, in `f32`, with the same operator functions the Atoms use. The
-/// operator is a run-time value so the latency paths are compiled once per type.
-#[inline(always)]
-fn combine<T: Element>(op: ReduceOpKind, acc: &mut T::Lanes, raw: u128) {
-    #[inline(always)]
-    fn lanes<T: Element, O: ReduceOp>(acc: &mut T::Lanes, x: T::Lanes) {
-        for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
-            *a = O::combine(*a, *b);
-        }
-    }
-    let x = T::unpack(raw);
-    match op {
-        ReduceOpKind::Sum => lanes::<T, Sum>(acc, x),
-        ReduceOpKind::Max => lanes::<T, Max>(acc, x),
-        ReduceOpKind::Min => lanes::<T, Min>(acc, x),
-        ReduceOpKind::Prod => lanes::<T, Prod>(acc, x),
-    }
-}
-
-/// A latency-regime AllReduce (`one_shot::<T>` or `two_shot::<T>`) behind a pointer.
-pub(crate) type LatencyFn =
-    unsafe fn(&Call, *mut u8, *const u8, u64, u32, ReduceOpKind) -> Result<(), Left>;
-
 /// The window rank `rank` keeps for `sender` in this call's half.
 #[inline(always)]
 fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
@@ -183,9 +160,9 @@ fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
 /// # Safety
 /// As [`one_shot`].
 #[inline(always)]
-unsafe fn reduce_unit<T: Element>(
+unsafe fn reduce_unit<T: Element, P: Operator>(
     call: &Call,
-    op: ReduceOpKind,
+    op: P,
     src: *const u8,
     bytes: u64,
     u: u64,
@@ -205,7 +182,7 @@ unsafe fn reduce_unit<T: Element>(
         if p == 0 {
             acc = T::unpack(raw);
         } else {
-            combine::<T>(op, &mut acc, raw);
+            op.lanes::<T>(&mut acc, &T::unpack(raw));
         }
     }
     Ok(T::pack(acc))
@@ -217,13 +194,13 @@ unsafe fn reduce_unit<T: Element>(
 /// `src`/`dst` valid for `bytes` (they may be equal); the windows hold `units(bytes)` units;
 /// every thread of every block of the call runs it with the same values.
 #[inline(never)]
-pub(crate) unsafe fn one_shot<T: Element>(
+pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
     call: &Call,
     dst: *mut u8,
     src: *const u8,
     bytes: u64,
     blocks: u32,
-    op: ReduceOpKind,
+    op: P,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
@@ -245,7 +222,7 @@ pub(crate) unsafe fn one_shot<T: Element>(
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T>(call, op, src, bytes, u, u, flag)? };
+        let v = unsafe { reduce_unit::<T, P>(call, op, src, bytes, u, u, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         u += stride;
@@ -258,13 +235,13 @@ pub(crate) unsafe fn one_shot<T: Element>(
 /// # Safety
 /// As [`one_shot`], with the largest shard fitting half a window.
 #[inline(never)]
-pub(crate) unsafe fn two_shot<T: Element>(
+pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
     call: &Call,
     dst: *mut u8,
     src: *const u8,
     bytes: u64,
     blocks: u32,
-    op: ReduceOpKind,
+    op: P,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
@@ -298,7 +275,7 @@ pub(crate) unsafe fn two_shot<T: Element>(
     while i < my_len {
         let u = mine + i;
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T>(call, op, src, bytes, u, i, flag)? };
+        let v = unsafe { reduce_unit::<T, P>(call, op, src, bytes, u, i, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         for q in 0..world {

@@ -19,7 +19,7 @@ use super::epoch;
 use super::fault::SignalKind;
 use super::sync::{Call, Counter, Left, Ranks};
 use super::transfer;
-use super::transfer::ReduceFn;
+use super::transfer::Reducer;
 use super::{Plan, SnacArgs};
 use crate::atom::{Atom, MAX_SOURCES};
 use crate::coop::Coop;
@@ -171,7 +171,15 @@ fn for_each<F: FnMut(u32, u32, u32) -> Result<(), Left>>(
 /// One block's part of a throughput call.
 pub(crate) struct Engine<'a, S> {
     pub(crate) streams: &'a S,
-    pub(crate) geometry: Geometry,
+    slots: Slots,
+}
+
+/// Where this call's chunks live, and the steps that move them: independent of the streams and
+/// of the reduction, so each step is compiled once per Atom (and once per reduction for
+/// [`Slots::reduce_chunk`]).
+#[derive(Clone, Copy)]
+struct Slots {
+    geometry: Geometry,
     half_bytes: u64,
     smem: *mut u8,
 }
@@ -188,50 +196,50 @@ impl<'a, S: Streams> Engine<'a, S> {
         match Geometry::new(plan, half_bytes, streams.regions()) {
             Some(geometry) => Ok(Self {
                 streams,
-                geometry,
-                half_bytes,
-                smem,
+                slots: Slots {
+                    geometry,
+                    half_bytes,
+                    smem,
+                },
             }),
             None => Err(call.invalid()),
         }
     }
 
+    /// The geometry of the call's staging.
+    #[inline(always)]
+    pub(crate) const fn geometry(&self) -> Geometry {
+        self.slots.geometry
+    }
+
     /// The largest chunk count of this rank's streams (for the size agreement).
     pub(crate) fn local_rounds(&self) -> u64 {
+        let g = self.slots.geometry;
         let mut rounds = 1;
         for j in 0..self.streams.puts() {
-            rounds = rounds.max(self.geometry.chunks(self.streams.put(j).len));
+            rounds = rounds.max(g.chunks(self.streams.put(j).len));
         }
         for j in 0..self.streams.gets() {
-            rounds = rounds.max(self.geometry.chunks(self.streams.get(j).len()));
+            rounds = rounds.max(g.chunks(self.streams.get(j).len()));
         }
         rounds
     }
 
-    /// Address of slot `slot` of `region` in `rank`'s staging, this call's half.
-    #[inline(always)]
-    fn slot_ptr(&self, call: &Call, rank: u32, region: u32, slot: u64) -> *mut u8 {
-        let g = self.geometry;
-        (call.ctx.staging[rank as usize]
-            + call.half() * self.half_bytes
-            + region as u64 * g.slots * g.chunk
-            + slot * g.chunk) as *mut u8
-    }
-
-    /// Runs this block's share of the call.
+    /// Runs this block's share of the call, reducing with `reducer`.
     ///
     /// # Safety
     /// The streams describe valid memory; every thread of the block calls.
-    pub(crate) unsafe fn run<A: Atom>(
+    pub(crate) unsafe fn run<A: Atom, R: Reducer>(
         &self,
         call: &mut Call,
         args: &SnacArgs,
         plan: &Plan,
-        reduce: Option<ReduceFn>,
+        reducer: R,
     ) -> Result<(), Left> {
         let roles = roles(args.blocks, plan.put_blocks);
         let world = call.world();
         let s = self.streams;
+        let g = self.slots.geometry;
         let put_share = if roles.produces(call.block) {
             share(
                 roles.producers.1,
@@ -254,34 +262,65 @@ impl<'a, S: Streams> Engine<'a, S> {
         };
         let mut rounds = 0;
         let _ = for_each(put_share, s.puts(), |j, _, _| {
-            rounds = rounds.max(self.geometry.chunks(s.put(j).len));
+            rounds = rounds.max(g.chunks(s.put(j).len));
             Ok(())
         });
         let _ = for_each(get_share, s.gets(), |j, _, _| {
-            rounds = rounds.max(self.geometry.chunks(s.get(j).len()));
+            rounds = rounds.max(g.chunks(s.get(j).len()));
             Ok(())
         });
         for i in 0..rounds {
             for_each(put_share, s.puts(), |j, set, index| {
                 let put = s.put(j);
-                if i < self.geometry.chunks(put.len) {
+                if i < g.chunks(put.len) {
                     // SAFETY: forwarded contract.
-                    unsafe { self.put_chunk::<A>(call, &put, i, set, index) }
+                    unsafe { self.slots.put_chunk::<A>(call, &put, i, set, index) }
                 } else {
                     Ok(())
                 }
             })?;
             for_each(get_share, s.gets(), |j, set, index| {
                 let get = s.get(j);
-                if i < self.geometry.chunks(get.len()) {
-                    // SAFETY: forwarded contract.
-                    unsafe { self.get_chunk::<A>(call, &get, i, set, index, reduce) }
-                } else {
-                    Ok(())
+                if i >= g.chunks(get.len()) {
+                    return Ok(());
+                }
+                // SAFETY (both arms): forwarded contract.
+                match get {
+                    Get::Reduce { .. } => unsafe {
+                        self.slots
+                            .reduce_chunk::<A, R>(call, &get, i, set, index, reducer)
+                    },
+                    _ => unsafe { self.slots.copy_chunk::<A>(call, &get, i, set, index) },
                 }
             })?;
         }
         Ok(())
+    }
+}
+
+impl Slots {
+    /// Address of slot `slot` of `region` in `rank`'s staging, this call's half.
+    #[inline(always)]
+    fn slot_ptr(&self, call: &Call, rank: u32, region: u32, slot: u64) -> *mut u8 {
+        let g = self.geometry;
+        (call.ctx.staging[rank as usize]
+            + call.half() * self.half_bytes
+            + region as u64 * g.slots * g.chunk
+            + slot * g.chunk) as *mut u8
+    }
+
+    /// This block's slice of chunk `i` of a `len`-byte stream: (offset in the chunk, offset in
+    /// the stream, bytes).
+    #[inline(always)]
+    fn slice(&self, len: u64, i: u64, set: u32, index: u32) -> (usize, usize, usize) {
+        let g = self.geometry;
+        let (offset, n) = split_bytes(
+            g.chunk_len(len, i) as usize,
+            16,
+            set as usize,
+            index as usize,
+        );
+        (offset, (i * g.chunk) as usize + offset, n)
     }
 
     /// Stage: chunk `i` of a producer stream, this block's slice of it; Notify: the last block
@@ -303,13 +342,7 @@ impl<'a, S: Streams> Engine<'a, S> {
         if let Some(target) = epoch::drain_target(call.epoch, i, g.slots) {
             call.wait_block(put.drain, put.drain_kind, target)?;
         }
-        let (offset, len) = split_bytes(
-            g.chunk_len(put.len, i) as usize,
-            16,
-            set as usize,
-            index as usize,
-        );
-        let at = (i * g.chunk) as usize + offset;
+        let (offset, at, len) = self.slice(put.len, i, set, index);
         // SAFETY: the slice lies inside the stream and inside the slot.
         unsafe {
             transfer::copy::<A>(
@@ -326,30 +359,24 @@ impl<'a, S: Streams> Engine<'a, S> {
         Ok(())
     }
 
-    /// Consume: chunk `i` of a consumer stream, this block's slice of it.
+    /// Consume: chunk `i` of a copying consumer stream ([`Get::Copy`] or [`Get::Local`]), this
+    /// block's slice of it.
     ///
     /// # Safety
     /// As [`Engine::run`].
     #[inline(never)]
-    unsafe fn get_chunk<A: Atom>(
+    unsafe fn copy_chunk<A: Atom>(
         &self,
         call: &mut Call,
         get: &Get,
         i: u64,
         set: u32,
         index: u32,
-        reduce: Option<ReduceFn>,
     ) -> Result<(), Left> {
         let g = self.geometry;
         let slot = epoch::slot(i, g.slots);
         let flag = epoch::flag(call.epoch, i);
-        let (offset, len) = split_bytes(
-            g.chunk_len(get.len(), i) as usize,
-            16,
-            set as usize,
-            index as usize,
-        );
-        let at = (i * g.chunk) as usize + offset;
+        let (offset, at, len) = self.slice(get.len(), i, set, index);
         match *get {
             Get::Copy {
                 peer,
@@ -381,46 +408,68 @@ impl<'a, S: Streams> Engine<'a, S> {
                     transfer::copy::<A>(Coop::block(), dst.add(at), src.add(at), len, self.smem)
                 };
             }
-            Get::Reduce {
-                region,
-                len: total,
-                dst,
-                post,
-            } => {
-                call.wait_block(Ranks::All, SignalKind::Data, flag)?;
-                let out = if dst.is_null() {
-                    // SAFETY: in place, in this rank's own region.
-                    unsafe { self.slot_ptr(call, call.me(), region, slot).add(offset) }
-                } else {
-                    // SAFETY: the slice lies inside `dst`.
-                    unsafe { dst.add(at) }
-                };
-                // Copy collectives build no `Get::Reduce`, and pass no reduction.
-                let Some(reduce) = reduce else {
-                    crate::arch::trap()
-                };
-                let mut srcs = [core::ptr::null::<u8>(); MAX_SOURCES];
-                for (p, src) in srcs.iter_mut().enumerate().take(call.world() as usize) {
-                    *src = self
-                        .slot_ptr(call, p as u32, region, slot)
-                        .wrapping_add(offset);
-                }
-                // SAFETY: every source slice lies inside its rank's slot; `out` as above.
-                unsafe {
-                    reduce(
-                        Coop::block(),
-                        out,
-                        &srcs[..call.world() as usize],
-                        len as u64,
-                        self.smem,
-                    )
-                };
-                let announce = post == SignalKind::Gather
-                    || epoch::must_post_consumed(i, g.chunks(total), g.slots);
-                if announce && call.arrive(call.counter(Counter::Reduce, 0, slot), set) {
-                    call.post_to(Ranks::All, post, flag);
-                }
-            }
+            // Reductions go to `reduce_chunk`.
+            Get::Reduce { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Consume: chunk `i` of a reducing consumer stream ([`Get::Reduce`]), this block's slice
+    /// of it, reduced with `reducer`.
+    ///
+    /// # Safety
+    /// As [`Engine::run`].
+    #[inline(never)]
+    unsafe fn reduce_chunk<A: Atom, R: Reducer>(
+        &self,
+        call: &mut Call,
+        get: &Get,
+        i: u64,
+        set: u32,
+        index: u32,
+        reducer: R,
+    ) -> Result<(), Left> {
+        let Get::Reduce {
+            region,
+            len: total,
+            dst,
+            post,
+        } = *get
+        else {
+            return Ok(());
+        };
+        let g = self.geometry;
+        let slot = epoch::slot(i, g.slots);
+        let flag = epoch::flag(call.epoch, i);
+        let (offset, at, len) = self.slice(total, i, set, index);
+        call.wait_block(Ranks::All, SignalKind::Data, flag)?;
+        let out = if dst.is_null() {
+            // SAFETY: in place, in this rank's own region.
+            unsafe { self.slot_ptr(call, call.me(), region, slot).add(offset) }
+        } else {
+            // SAFETY: the slice lies inside `dst`.
+            unsafe { dst.add(at) }
+        };
+        let mut srcs = [core::ptr::null::<u8>(); MAX_SOURCES];
+        for (p, src) in srcs.iter_mut().enumerate().take(call.world() as usize) {
+            *src = self
+                .slot_ptr(call, p as u32, region, slot)
+                .wrapping_add(offset);
+        }
+        // SAFETY: every source slice lies inside its rank's slot; `out` as above.
+        unsafe {
+            reducer.reduce::<A>(
+                Coop::block(),
+                out,
+                &srcs[..call.world() as usize],
+                len as u64,
+                self.smem,
+            )
+        };
+        let announce =
+            post == SignalKind::Gather || epoch::must_post_consumed(i, g.chunks(total), g.slots);
+        if announce && call.arrive(call.counter(Counter::Reduce, 0, slot), set) {
+            call.post_to(Ranks::All, post, flag);
         }
         Ok(())
     }

@@ -7,7 +7,7 @@
 use crate::atom::{Atom, copy_bytes, reduce_scalar};
 use crate::coop::Coop;
 use crate::element::Element;
-use crate::op::ReduceOp;
+use crate::op::{Max, Min, Prod, ReduceOp, ReduceOpKind, Sum};
 
 /// Copies `bytes` bytes, any alignment. Every thread of the block calls with the same values.
 ///
@@ -85,12 +85,164 @@ pub(crate) unsafe fn reduce<A: Atom, T: Element, O: ReduceOp>(
     }
 }
 
-/// A reduction over byte pointers, as the collectives hold it: `bytes` bytes of elements.
-pub(crate) type ReduceFn = unsafe fn(Coop, *mut u8, &[*const u8], u64, *mut u8);
+/// A reduce operator as the collectives hold it: a type (`Static<O>`, for calls whose operator
+/// is known at compile time) or a run-time value ([`ReduceOpKind`], a `match` over the four
+/// static operators at each use). Either way every call is static: no function pointers, which
+/// `ptxas` cannot prune and which make it size every kernel for the largest target.
+pub(crate) trait Operator: Copy {
+    /// `acc[i] ⊕= x[i]` for every lane, in `f32`.
+    fn lanes<T: Element>(self, acc: &mut T::Lanes, x: &T::Lanes);
 
-/// [`reduce`] behind a [`ReduceFn`]: one out-of-line instance per (Atom, type, operator),
-/// shared by every collective and call site, so the collectives themselves are compiled once
-/// per Atom rather than once per type and operator.
+    /// [`reduce_bytes`] with this operator.
+    ///
+    /// # Safety
+    /// As [`reduce_bytes`].
+    unsafe fn reduce<A: Atom, T: Element>(
+        self,
+        coop: Coop,
+        dst: *mut u8,
+        srcs: &[*const u8],
+        bytes: u64,
+        smem: *mut u8,
+    );
+}
+
+/// The operator `O`, known at compile time.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Static<O>(core::marker::PhantomData<O>);
+
+impl<O: ReduceOp> Static<O> {
+    pub(crate) const NEW: Self = Self(core::marker::PhantomData);
+}
+
+impl<O: ReduceOp> Operator for Static<O> {
+    #[inline(always)]
+    fn lanes<T: Element>(self, acc: &mut T::Lanes, x: &T::Lanes) {
+        for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
+            *a = O::combine(*a, *b);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn reduce<A: Atom, T: Element>(
+        self,
+        coop: Coop,
+        dst: *mut u8,
+        srcs: &[*const u8],
+        bytes: u64,
+        smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { reduce_bytes::<A, T, O>(coop, dst, srcs, bytes, smem) }
+    }
+}
+
+/// Runs `$e` with `$o` bound to the static operator for the run-time `$op`.
+macro_rules! by_op {
+    ($op:expr, $o:ident => $e:expr) => {
+        match $op {
+            ReduceOpKind::Sum => {
+                type $o = Sum;
+                $e
+            }
+            ReduceOpKind::Max => {
+                type $o = Max;
+                $e
+            }
+            ReduceOpKind::Min => {
+                type $o = Min;
+                $e
+            }
+            ReduceOpKind::Prod => {
+                type $o = Prod;
+                $e
+            }
+        }
+    };
+}
+
+impl Operator for ReduceOpKind {
+    #[inline(always)]
+    fn lanes<T: Element>(self, acc: &mut T::Lanes, x: &T::Lanes) {
+        by_op!(self, O => Static::<O>::NEW.lanes::<T>(acc, x))
+    }
+
+    #[inline(always)]
+    unsafe fn reduce<A: Atom, T: Element>(
+        self,
+        coop: Coop,
+        dst: *mut u8,
+        srcs: &[*const u8],
+        bytes: u64,
+        smem: *mut u8,
+    ) {
+        // SAFETY (every arm): forwarded contract.
+        by_op!(self, O => unsafe { reduce_bytes::<A, T, O>(coop, dst, srcs, bytes, smem) })
+    }
+}
+
+/// What a collective reduces chunks with: [`Typed`] for a reduction, [`NoReduce`] for the copy
+/// collectives.
+pub(crate) trait Reducer: Copy {
+    /// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `bytes` bytes of elements, as [`reduce`].
+    ///
+    /// # Safety
+    /// As [`reduce`], with `bytes` a multiple of the element size.
+    unsafe fn reduce<A: Atom>(
+        self,
+        coop: Coop,
+        dst: *mut u8,
+        srcs: &[*const u8],
+        bytes: u64,
+        smem: *mut u8,
+    );
+}
+
+/// The reduction of elements `T` with operator `P`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Typed<T, P> {
+    pub(crate) op: P,
+    _elem: core::marker::PhantomData<T>,
+}
+
+impl<T: Element, P: Operator> Typed<T, P> {
+    #[inline(always)]
+    pub(crate) const fn new(op: P) -> Self {
+        Self {
+            op,
+            _elem: core::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Element, P: Operator> Reducer for Typed<T, P> {
+    #[inline(always)]
+    unsafe fn reduce<A: Atom>(
+        self,
+        coop: Coop,
+        dst: *mut u8,
+        srcs: &[*const u8],
+        bytes: u64,
+        smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { self.op.reduce::<A, T>(coop, dst, srcs, bytes, smem) }
+    }
+}
+
+/// No reduction: the copy collectives build no reducing stream.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NoReduce;
+
+impl Reducer for NoReduce {
+    #[inline(always)]
+    unsafe fn reduce<A: Atom>(self, _: Coop, _: *mut u8, _: &[*const u8], _: u64, _: *mut u8) {
+        crate::arch::trap()
+    }
+}
+
+/// [`reduce`] over byte pointers: one out-of-line instance per (Atom, type, operator), shared
+/// by the call sites of one collective.
 ///
 /// # Safety
 /// As [`reduce`], with `bytes` a multiple of `size_of::<T>()`.
