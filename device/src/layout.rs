@@ -99,7 +99,9 @@ unsafe fn count(counts: *const u64, i: u32) -> u64 {
 }
 
 /// Offset and length of part `q` of parts sized `counts[0..]` elements of `elem_bytes`.
-#[inline(always)]
+// Out of line: the streams of a V collective ask for parts in many places, and each inlined
+// copy of this loop (of volatile loads, unrolled) added code and registers to the kernel.
+#[inline(never)]
 fn prefix(counts: *const u64, elem_bytes: u32, q: u32) -> (u64, u64) {
     let mut offset = 0;
     for i in 0..q {
@@ -178,7 +180,7 @@ impl Layout for TransposedV {
 }
 
 /// The largest of `counts[0..world]`.
-#[inline(always)]
+#[inline(never)]
 fn max_count(counts: *const u64, world: u32) -> u64 {
     let mut m = 0;
     for i in 0..world {

@@ -70,6 +70,9 @@ use streams::{Buffers, Composed, Direct, Exchange, Gather, Scatter};
 
 /// Checks what every collective needs; records an invalid-argument fault and returns `None`
 /// if the call cannot run. Returns the number of epoch slots to keep current.
+///
+/// `elem` is the element size: sizes must be whole elements (V collectives: not zero).
+#[inline(always)]
 fn check(args: &SnacArgs, ctx: &Context, kind: CollectiveKind, elem: u64) -> Option<u32> {
     let bad_shape = ctx.world == 0
         || ctx.world as usize > MAX_RANKS
@@ -78,13 +81,13 @@ fn check(args: &SnacArgs, ctx: &Context, kind: CollectiveKind, elem: u64) -> Opt
         || args.blocks as usize > MAX_BLOCKS
         || args.block >= args.blocks;
     let bad_sizes = if kind.is_v() {
-        args.counts.is_null() || args.elem_bytes == 0
+        args.counts.is_null() || elem == 0
     } else {
         !args.bytes.is_multiple_of(elem)
     };
     if bad_shape || bad_sizes {
         if ctx.state != 0 && crate::arch::thread_index() == 0 {
-            let _ = Call::detached(*ctx, kind, args.block).invalid();
+            let _ = Call::detached(ctx, kind, args.block).invalid();
         }
         return None;
     }
@@ -145,7 +148,7 @@ unsafe fn local_reduce<A: Atom, R: Reducer>(
 #[inline(never)]
 unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
     args: &SnacArgs,
-    ctx: Context,
+    ctx: &Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
@@ -223,7 +226,7 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
     ctx: Context,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, T, _>(args, ctx, C::plan(&args.plan), Static::<O>::NEW) }
+    unsafe { all_reduce_with::<A, T, _>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW) }
 }
 
 /// [`all_reduce`] with the operator chosen at run time: the collective is compiled once for
@@ -239,20 +242,20 @@ pub unsafe fn all_reduce_op<A: Atom, C: Config, T: Element>(
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, T, _>(args, ctx, C::plan(&args.plan), op) }
+    unsafe { all_reduce_with::<A, T, _>(&args, &ctx, &C::plan(&args.plan), op) }
 }
 
 /// # Safety
 /// As [`all_reduce`].
 #[inline(never)]
 unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
-    args: SnacArgs,
-    ctx: Context,
-    plan: Plan,
+    args: &SnacArgs,
+    ctx: &Context,
+    plan: &Plan,
     op: P,
 ) {
     let kind = CollectiveKind::AllReduce;
-    let Some(coll_blocks) = check(&args, &ctx, kind, core::mem::size_of::<T>() as u64) else {
+    let Some(coll_blocks) = check(args, ctx, kind, core::mem::size_of::<T>() as u64) else {
         return;
     };
     let bytes = args.bytes;
@@ -262,9 +265,9 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
     let reducer = Typed::<T, P>::new(op);
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
-        return unsafe { local_reduce::<A, _>(&args, reducer, args.dst, args.src, bytes) };
+        return unsafe { local_reduce::<A, _>(args, reducer, args.dst, args.src, bytes) };
     }
-    let algorithm = all_reduce_algorithm(&plan, bytes, ctx.world, ctx.latency_window_bytes);
+    let algorithm = all_reduce_algorithm(plan, bytes, ctx.world, ctx.latency_window_bytes);
     let b = Buffers {
         me: ctx.rank,
         world: ctx.world,
@@ -296,7 +299,7 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
         _ if ctx.world == 2 => {
             let streams = Direct { b, bytes };
             // SAFETY: forwarded contract.
-            unsafe { staged::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, &streams, reducer) }
+            unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, reducer) }
         }
         _ => {
             let streams = Composed {
@@ -307,7 +310,7 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
                 },
             };
             // SAFETY: forwarded contract.
-            unsafe { staged::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, &streams, reducer) }
+            unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, reducer) }
         }
     }
 }
@@ -324,7 +327,7 @@ pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_with::<A, T, _, false>(args, ctx, C::plan(&args.plan), Static::<O>::NEW)
+        reduce_scatter_with::<A, T, _, false>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW)
     }
 }
 
@@ -339,7 +342,7 @@ pub unsafe fn reduce_scatter_op<A: Atom, C: Config, T: Element>(
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, T, _, false>(args, ctx, C::plan(&args.plan), op) }
+    unsafe { reduce_scatter_with::<A, T, _, false>(&args, &ctx, &C::plan(&args.plan), op) }
 }
 
 /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
@@ -354,7 +357,7 @@ pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_with::<A, T, _, true>(args, ctx, C::plan(&args.plan), Static::<O>::NEW)
+        reduce_scatter_with::<A, T, _, true>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW)
     }
 }
 
@@ -369,16 +372,16 @@ pub unsafe fn reduce_scatter_v_op<A: Atom, C: Config, T: Element>(
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, T, _, true>(args, ctx, C::plan(&args.plan), op) }
+    unsafe { reduce_scatter_with::<A, T, _, true>(&args, &ctx, &C::plan(&args.plan), op) }
 }
 
 /// # Safety
 /// As [`reduce_scatter`] or [`reduce_scatter_v`].
 #[inline(never)]
 unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
-    mut args: SnacArgs,
-    ctx: Context,
-    plan: Plan,
+    args: &SnacArgs,
+    ctx: &Context,
+    plan: &Plan,
     op: P,
 ) {
     let kind = if V {
@@ -387,24 +390,23 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
         CollectiveKind::ReduceScatter
     };
     let size = core::mem::size_of::<T>();
-    args.elem_bytes = size as u32;
-    let Some(coll_blocks) = check(&args, &ctx, kind, size as u64) else {
+    let Some(coll_blocks) = check(args, ctx, kind, size as u64) else {
         return;
     };
     let reducer = Typed::<T, P>::new(op);
     if V {
         let layout = ScatteredV {
             counts: args.counts,
-            elem_bytes: args.elem_bytes,
+            elem_bytes: size as u32,
         };
         if layout.max_part(ctx.world) != Some(0) {
             // SAFETY: forwarded contract.
-            unsafe { scatter::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, layout, reducer) }
+            unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer) }
         }
     } else if args.bytes != 0 {
         let layout = Scattered { bytes: args.bytes };
         // SAFETY: forwarded contract.
-        unsafe { scatter::<A, _, _>(&args, ctx, kind, &plan, coll_blocks, layout, reducer) }
+        unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer) }
     }
 }
 
@@ -413,7 +415,7 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
 #[inline(always)]
 unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
     args: &SnacArgs,
-    ctx: Context,
+    ctx: &Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
@@ -445,6 +447,7 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
 ///
 /// # Safety
 /// As [`all_reduce`], with the sizes above.
+#[inline(always)]
 pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllGather;
     let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
@@ -461,7 +464,7 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     unsafe {
         gather_with::<A, _, _>(
             &args,
-            ctx,
+            &ctx,
             kind,
             &C::plan(&args.plan),
             coll_blocks,
@@ -477,9 +480,10 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 ///
 /// # Safety
 /// As [`all_gather`]; `args.counts` valid for `world` values while the call runs.
+#[inline(always)]
 pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllGatherV;
-    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, args.elem_bytes as u64) else {
         return;
     };
     let src = PackedV {
@@ -497,7 +501,7 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     unsafe {
         gather_with::<A, _, _>(
             &args,
-            ctx,
+            &ctx,
             kind,
             &C::plan(&args.plan),
             coll_blocks,
@@ -511,7 +515,7 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// As [`all_gather`].
 unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
     args: &SnacArgs,
-    ctx: Context,
+    ctx: &Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,
@@ -548,6 +552,7 @@ fn local<A: Atom, S: Streams>(args: &SnacArgs, streams: &S) {
 ///
 /// # Safety
 /// As [`all_reduce`], with the sizes above.
+#[inline(always)]
 pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllToAll;
     let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
@@ -564,7 +569,7 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     unsafe {
         exchange_with::<A, _, _>(
             &args,
-            ctx,
+            &ctx,
             kind,
             &C::plan(&args.plan),
             coll_blocks,
@@ -580,9 +585,10 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 ///
 /// # Safety
 /// As [`all_to_all`]; `args.counts` valid for `2 × world` values while the call runs.
+#[inline(always)]
 pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllToAllV;
-    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, args.elem_bytes as u64) else {
         return;
     };
     let src = ScatteredV {
@@ -598,7 +604,7 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     unsafe {
         exchange_with::<A, _, _>(
             &args,
-            ctx,
+            &ctx,
             kind,
             &C::plan(&args.plan),
             coll_blocks,
@@ -612,7 +618,7 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// As [`all_to_all`].
 unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
     args: &SnacArgs,
-    ctx: Context,
+    ctx: &Context,
     kind: CollectiveKind,
     plan: &Plan,
     coll_blocks: u32,

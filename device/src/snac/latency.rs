@@ -67,6 +67,18 @@ unsafe fn load_unit(src: *const u8, u: u64, bytes: u64) -> u128 {
         // SAFETY: a whole aligned unit inside the buffer.
         return unsafe { arch::ld_v128(src.add(at as usize) as *const u128) };
     }
+    // SAFETY: forwarded contract.
+    unsafe { load_unit_bytes(src, at, bytes) }
+}
+
+/// [`load_unit`] byte by byte: a payload's last unit, or an unaligned `src`. Out of line (and
+/// cold), so the loop's sixteen byte loads do not add to the registers of the packet paths.
+///
+/// # Safety
+/// As [`load_unit`]; `at` is the unit's first byte.
+#[cold]
+#[inline(never)]
+unsafe fn load_unit_bytes(src: *const u8, at: u64, bytes: u64) -> u128 {
     let mut v = 0u128;
     let mut i = 0;
     while i < 16 && at + i < bytes {
@@ -88,6 +100,17 @@ unsafe fn store_unit(dst: *mut u8, u: u64, bytes: u64, v: u128) {
         // SAFETY: a whole aligned unit inside the buffer.
         return unsafe { arch::st_v128(dst.add(at as usize) as *mut u128, v) };
     }
+    // SAFETY: forwarded contract.
+    unsafe { store_unit_bytes(dst, at, bytes, v) }
+}
+
+/// [`store_unit`] byte by byte (see [`load_unit_bytes`]).
+///
+/// # Safety
+/// As [`store_unit`]; `at` is the unit's first byte.
+#[cold]
+#[inline(never)]
+unsafe fn store_unit_bytes(dst: *mut u8, at: u64, bytes: u64, v: u128) {
     let mut i = 0;
     while i < 16 && at + i < bytes {
         // SAFETY: inside the buffer.

@@ -229,6 +229,7 @@ impl<'a, S: Streams> Engine<'a, S> {
     ///
     /// # Safety
     /// The streams describe valid memory; every thread of the block calls.
+    #[inline(always)]
     pub(crate) unsafe fn run<A: Atom, R: Reducer>(
         &self,
         call: &mut Call,
@@ -456,6 +457,11 @@ impl Slots {
                 .slot_ptr(call, p as u32, region, slot)
                 .wrapping_add(offset);
         }
+        // Decided before the reduction, so that little stays live across it (the datapath's
+        // registers come on top of those).
+        let announce =
+            post == SignalKind::Gather || epoch::must_post_consumed(i, g.chunks(total), g.slots);
+        let counter = call.counter(Counter::Reduce, 0, slot);
         // SAFETY: every source slice lies inside its rank's slot; `out` as above.
         unsafe {
             reducer.reduce::<A>(
@@ -466,9 +472,7 @@ impl Slots {
                 self.smem,
             )
         };
-        let announce =
-            post == SignalKind::Gather || epoch::must_post_consumed(i, g.chunks(total), g.slots);
-        if announce && call.arrive(call.counter(Counter::Reduce, 0, slot), set) {
+        if announce && call.arrive(counter, set) {
             call.post_to(Ranks::All, post, flag);
         }
         Ok(())

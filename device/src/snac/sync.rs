@@ -55,9 +55,11 @@ pub(crate) enum Counter {
     Reduce = 2,
 }
 
-/// One block in one call.
-pub(crate) struct Call {
-    pub(crate) ctx: Context,
+/// One block in one call. It borrows the context rather than copying it: a `Context` is 296
+/// bytes, which a by-value copy would carry through registers or the stack frame of every
+/// function that holds a `Call`.
+pub(crate) struct Call<'a> {
+    pub(crate) ctx: &'a Context,
     pub(crate) collective: CollectiveKind,
     pub(crate) block: u32,
     /// The call's epoch (the same on every block of every rank).
@@ -72,7 +74,7 @@ pub(crate) struct Call {
 /// Scratch words: two alternating broadcast words, then the epoch (two words).
 const EPOCH_WORD: usize = 2;
 
-impl Call {
+impl<'a> Call<'a> {
     /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it).
     ///
     /// # Safety
@@ -80,7 +82,7 @@ impl Call {
     /// shared memory (or anything, with one thread per block); every thread of the block calls.
     #[inline(always)]
     pub(crate) unsafe fn begin(
-        ctx: Context,
+        ctx: &'a Context,
         collective: CollectiveKind,
         block: u32,
         scratch: *mut u8,
@@ -116,7 +118,7 @@ impl Call {
     }
 
     /// A call that cannot run (invalid arguments): no epoch is read, only faults recorded.
-    pub(crate) fn detached(ctx: Context, collective: CollectiveKind, block: u32) -> Self {
+    pub(crate) fn detached(ctx: &'a Context, collective: CollectiveKind, block: u32) -> Self {
         Self {
             ctx,
             collective,
