@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Validates every embedded PTX file with ptxas (the PyPI wheel nvidia-cuda-nvcc==13.0.88),
 # keeps ptxas' per-kernel register/stack/spill report under target/ptxas/, prints a summary and
-# fails on any ptxas error or on any spill in an Atom kernel (purlin_atom_*). Files are checked
-# in parallel, one per core.
+# fails on any ptxas error, on any spill in an Atom kernel (purlin_atom_*), or on an Atom kernel
+# that needs more registers than its block size allows. Files are checked in parallel, one per
+# core.
 # CUDA 13's ptxas no longer targets sm_70, so sm_70 PTX is assembled for sm_75, the oldest
 # architecture it accepts (the PTX itself still says .target sm_70).
 set -euo pipefail
@@ -35,6 +36,9 @@ check_one() {
   kernels=$(wc -l <"$out/$name.summary")
   spills=$(awk '$2 ~ /^purlin_atom_/ { split($8, s, "/"); if (s[1] + s[2] > 0) print }' "$out/$name.summary")
   if [ -n "$spills" ]; then echo "ptxas-check: spills in Atom kernels of $name:"; echo "$spills"; return 1; fi
+  # Sm70 Atom kernels launch 512 threads: more than 128 registers each and they cannot launch.
+  heavy=$(awk '$2 ~ /^purlin_atom_.*sm70/ && $4 > 128 { print }' "$out/$name.summary")
+  if [ -n "$heavy" ]; then echo "ptxas-check: 512-thread Sm70 Atom kernels of $name need > 128 registers:"; echo "$heavy"; return 1; fi
   maxregs=$(awk '{ if ($4 > m) m = $4 } END { print m + 0 }' "$out/$name.summary")
   echo "ptxas-check: $name OK for $gpu: $kernels kernels, max $maxregs registers (report: target/ptxas/$name.summary)"
 }

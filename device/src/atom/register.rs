@@ -56,9 +56,8 @@ pub(crate) unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize
     unsafe { copy_bytes(coop, dst, src, vectors * 16, bytes) };
 }
 
-/// Reduces the whole vectors of `count` elements, then the tail. Per thread, four vectors of
-/// each of four sources are in flight for 4- and 2-byte types, two for fp8 (whose 16 lanes per
-/// vector would otherwise need too many registers).
+/// Reduces the whole vectors of `count` elements, then the tail, with as many loads in flight
+/// per thread as the registers of a 512-thread block allow (see the choice below).
 ///
 /// # Safety
 /// As [`Atom::reduce`].
@@ -70,11 +69,19 @@ pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
     count: usize,
 ) {
     let vectors = count / T::LANES;
-    // SAFETY (both arms): forwarded contract.
-    let full = if T::LANES > 8 {
-        unsafe { reduce_vectors_by_2::<T, O>(coop, dst, srcs, vectors) }
-    } else {
-        unsafe { reduce_vectors_by_4::<T, O>(coop, dst, srcs, vectors) }
+    // How many sources to load before combining is bounded by registers: a 512-thread block
+    // has 128 per thread. ptxas (sm_90) measured, per datapath: f32 four sources × four vectors
+    // 66; bf16 two × four 90; f16 two × four 154 and e4m3 two × two 164 (too many: one source at
+    // a time, 81 and 92).
+    use crate::element::DataType;
+    // SAFETY (all arms): forwarded contract.
+    let full = match T::DTYPE {
+        DataType::F32 => unsafe { reduce_vectors_by_4::<T, O, 4>(coop, dst, srcs, vectors) },
+        DataType::Bf16 => unsafe { reduce_vectors_by_4::<T, O, 2>(coop, dst, srcs, vectors) },
+        DataType::F16 => unsafe { reduce_vectors_by_4::<T, O, 1>(coop, dst, srcs, vectors) },
+        DataType::E4m3 | DataType::E5m2 => unsafe {
+            reduce_vectors_by_2::<T, O, 1>(coop, dst, srcs, vectors)
+        },
     };
     let dst_v = dst as *mut u128;
     let mut v = full + coop.index as usize;
@@ -98,13 +105,18 @@ pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
 macro_rules! reduce_vectors {
     ($name:ident, $unroll:literal) => {
         /// Reduces whole groups of `$unroll` vectors per thread; returns the vectors covered.
-        /// Sources are loaded four at a time, so `4 × $unroll` loads are in flight per thread
-        /// before the first is used.
+        /// Sources are loaded `BATCH` (1, 2 or 4) at a time, so `BATCH × $unroll` loads are in
+        /// flight per thread before the first is used.
         ///
         /// # Safety
         /// As [`Atom::reduce`], for `vectors` whole vectors.
         #[inline(always)]
-        unsafe fn $name<T: Element, O: ReduceOp>(coop: Coop, dst: *mut T, srcs: &[*const T], vectors: usize) -> usize {
+        unsafe fn $name<T: Element, O: ReduceOp, const BATCH: usize>(
+            coop: Coop,
+            dst: *mut T,
+            srcs: &[*const T],
+            vectors: usize,
+        ) -> usize {
             let stride = coop.size as usize;
             let step = stride * $unroll;
             let full = vectors - vectors % step;
@@ -121,7 +133,7 @@ macro_rules! reduce_vectors {
                     let mut acc~K = T::unpack(unsafe { arch::ld_v128(first.add(base + K * stride)) });
                 });
                 let mut s = 1;
-                while s + 4 <= n {
+                while BATCH >= 4 && s + 4 <= n {
                     let (p0, p1, p2, p3) = (
                         srcs[s] as *const u128,
                         srcs[s + 1] as *const u128,
@@ -142,6 +154,18 @@ macro_rules! reduce_vectors {
                         combine_into::<T, O>(&mut acc~K, d~K);
                     });
                     s += 4;
+                }
+                while BATCH >= 2 && s + 2 <= n {
+                    let (p0, p1) = (srcs[s] as *const u128, srcs[s + 1] as *const u128);
+                    seq!(K in 0..$unroll {
+                        let a~K = unsafe { arch::ld_v128(p0.add(base + K * stride)) };
+                        let b~K = unsafe { arch::ld_v128(p1.add(base + K * stride)) };
+                    });
+                    seq!(K in 0..$unroll {
+                        combine_into::<T, O>(&mut acc~K, a~K);
+                        combine_into::<T, O>(&mut acc~K, b~K);
+                    });
+                    s += 2;
                 }
                 while s < n {
                     let src_v = srcs[s] as *const u128;
