@@ -43,14 +43,14 @@ fn bench(args: &Args) -> Result<(), String> {
         gpus: args.gpus,
         dtype,
         op,
-        options: Options {
+        options: vec![Options {
             mode: if args.deterministic {
                 ReductionMode::Deterministic
             } else {
                 ReductionMode::Default
             },
             ..Default::default()
-        },
+        }],
         sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),
         graph_launches: args.graph_launches,
         runs: args.runs,

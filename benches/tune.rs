@@ -82,46 +82,54 @@ fn main() {
             for (bi, &band) in args.bands.iter().enumerate() {
                 let size = size_for_band(c, world, band);
                 let start = base.lookup(gpu.compute_capability(), world, kind(c), band);
-                let mut best: Option<(f64, Choice)> = None;
-                for blocks in [4u32, 8, 16, 32, 64]
+                // Every candidate is timed on one context and one set of buffers.
+                let candidates: Vec<Choice> = [4u32, 8, 16, 32, 64]
                     .into_iter()
                     .filter(|&b| b <= max_blocks)
-                {
-                    for put in [blocks / 4, blocks / 2].into_iter().filter(|&p| p >= 1) {
-                        for chunk in [256u64 << 10, 1 << 20, 4 << 20] {
-                            let mut plan = start.plan;
-                            (plan.put_blocks, plan.chunk_bytes) = (put, chunk);
-                            let choice = Choice { blocks, plan };
-                            let sweep = Sweep {
-                                collective: c,
-                                world,
-                                gpus: 1,
-                                dtype: DataType::Bf16,
-                                op: ReduceOpKind::Sum,
-                                options: Options {
-                                    choice: Some(choice),
-                                    ..Default::default()
-                                },
-                                sizes: vec![size],
-                                graph_launches: 4,
-                                runs: args.runs,
-                                warmup: 2,
-                                seed: 1,
-                                check: false,
-                            };
-                            match run::run(&gpu, &sweep, copy_bw, |_, _| {}) {
-                                Ok(r) if best.is_none_or(|(t, _)| r[0].time_us < t) => {
-                                    best = Some((r[0].time_us, choice))
-                                }
-                                Ok(_) => {}
-                                Err(e) => eprintln!(
-                                    "# {} x{world} {band} B blocks {blocks} put {put} chunk {chunk}: {e}",
-                                    c.name()
-                                ),
-                            }
-                        }
+                    .flat_map(|blocks| {
+                        [blocks / 4, blocks / 2]
+                            .into_iter()
+                            .filter(|&p| p >= 1)
+                            .flat_map(move |put| {
+                                [256u64 << 10, 1 << 20, 4 << 20].map(move |chunk| {
+                                    let mut plan = start.plan;
+                                    (plan.put_blocks, plan.chunk_bytes) = (put, chunk);
+                                    Choice { blocks, plan }
+                                })
+                            })
+                    })
+                    .collect();
+                let sweep = Sweep {
+                    collective: c,
+                    world,
+                    gpus: 1,
+                    dtype: DataType::Bf16,
+                    op: ReduceOpKind::Sum,
+                    options: candidates
+                        .iter()
+                        .map(|&choice| Options {
+                            choice: Some(choice),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    sizes: vec![size],
+                    graph_launches: 4,
+                    runs: args.runs,
+                    warmup: 2,
+                    seed: 1,
+                    check: false,
+                };
+                let best = match run::run(&gpu, &sweep, copy_bw, |_, _| {}) {
+                    Ok(rows) => rows
+                        .iter()
+                        .zip(&candidates)
+                        .map(|(r, &c)| (r.time_us, c))
+                        .min_by(|a, b| a.0.total_cmp(&b.0)),
+                    Err(e) => {
+                        eprintln!("# {} x{world} band {band}: {e}", c.name());
+                        None
                     }
-                }
+                };
                 if let Some((t, choice)) = best {
                     eprintln!(
                         "# {} x{world} band {band}: {t:.1} us with {} blocks, {} put, {} B chunks",

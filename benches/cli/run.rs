@@ -25,8 +25,10 @@ pub struct Sweep {
     pub dtype: DataType,
     /// Operator (reductions).
     pub op: ReduceOpKind,
-    /// Options of every call (mode, forced plan).
-    pub options: Options,
+    /// Options of the calls (mode, forced plan). With several, every size is timed once per
+    /// entry on the same context and buffers (the tuner's candidates): rows come size by size,
+    /// one per entry, in this order. Empty means the default options.
+    pub options: Vec<Options>,
     /// Sizes (nccl-tests' size: AllGather's output, each rank's input otherwise).
     pub sizes: Vec<u64>,
     /// Collectives per CUDA graph (0: plain launches).
@@ -287,13 +289,14 @@ fn time_ms(
 /// what the V collectives read.
 unsafe fn call(
     sweep: &Sweep,
+    o: &Options,
     ctx: &Context,
     dst: Span,
     src: Span,
     count: u64,
     counts: Counts,
 ) -> purlin::Result<()> {
-    let (t, op, o) = (sweep.dtype, sweep.op, &sweep.options);
+    let (t, op) = (sweep.dtype, sweep.op);
     // SAFETY: forwarded contract.
     unsafe {
         match sweep.collective {
@@ -401,84 +404,94 @@ pub fn run_rank<B: Bootstrap + Clone + 'static>(
             addr: Span::from_device(&counts_buf, &stream).addr,
             max_count: count * world as u64,
         };
-        b.barrier()?;
-        // 1. Check: poison, one call, compare with the reference built from every rank's input.
-        let wrong = if sweep.check {
-            stream.memcpy_htod(&vec![0xffu8; out_cap], &mut dst.slice_mut(..out_cap))?;
-            // SAFETY: buffers sized for the largest size of the sweep.
-            unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg)? };
-            ctx.synchronize()?;
-            let (ib, ob) = buffer_bytes(sweep.collective, world, count, elem);
-            let mut got = stream.clone_dtoh(&dst)?;
-            got.truncate(ob);
-            let all_in: Vec<Vec<u8>> = (0..world)
-                .map(|p| inputs(sweep.seed, p, ib, sweep.dtype))
-                .collect();
-            let all_counts: Vec<Vec<u64>> = (0..world)
-                .map(|p| v_counts(sweep.collective, world, p, count, elem))
-                .collect();
-            let want = expected(sweep, count, &all_in, &all_counts).swap_remove(r as usize);
-            let n = want.len().min(got.len());
-            let differing = got[..n]
-                .chunks(elem)
-                .zip(want[..n].chunks(elem))
-                .filter(|(a, b)| a != b)
-                .count();
-            let mine = (differing + (want.len() - n) / elem) as f64;
-            Some(f64s(b.all_gather(&mine.to_le_bytes())?).iter().sum::<f64>() as u64)
+        let defaults = [Options::default()];
+        let options: &[Options] = if sweep.options.is_empty() {
+            &defaults
         } else {
-            None
+            &sweep.options
         };
-        // 2. Warm up, then time (graph replays or plain launches).
-        for _ in 0..sweep.warmup {
-            // SAFETY: as above.
-            unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg)? };
-        }
-        ctx.synchronize()?;
-        b.barrier()?;
-        let per_call_ms = if sweep.graph_launches > 0 {
-            stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let mut captured = Ok(());
-            for _ in 0..sweep.graph_launches {
-                // SAFETY: as above.
-                captured = captured
-                    .and_then(|_| unsafe { call(sweep, &ctx, d_span, s_span, count, counts_arg) });
-            }
-            let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
-            captured?;
-            let graph = graph.ok_or_else(|| {
-                purlin::Error::InvalidLaunch("the capture produced no graph".into())
-            })?;
-            time_ms(&stream, sweep.runs, |_| {
-                graph.launch().map_err(purlin::Error::from)
-            })? / sweep.graph_launches as f64
-        } else {
-            // SAFETY: as above.
-            time_ms(&stream, sweep.runs, |_| unsafe {
-                call(sweep, &ctx, d_span, s_span, count, counts_arg)
-            })?
-        };
-        ctx.synchronize()?;
-        let slowest = f64s(b.all_gather(&per_call_ms.to_le_bytes())?)
-            .into_iter()
-            .fold(0.0, f64::max);
-        if r == 0 {
-            progress(i + 1, sweep.sizes.len());
-        }
-        rows.push(Row {
-            total_bytes: size,
-            count: size / elem as u64,
-            dtype: sweep.dtype,
-            redop: if sweep.collective.reduces() {
-                sweep.op.name()
+        for o in options {
+            b.barrier()?;
+            // 1. Check: poison, one call, compare with the reference built from every rank's input.
+            let wrong = if sweep.check {
+                stream.memcpy_htod(&vec![0xffu8; out_cap], &mut dst.slice_mut(..out_cap))?;
+                // SAFETY: buffers sized for the largest size of the sweep.
+                unsafe { call(sweep, o, &ctx, d_span, s_span, count, counts_arg)? };
+                ctx.synchronize()?;
+                let (ib, ob) = buffer_bytes(sweep.collective, world, count, elem);
+                let mut got = stream.clone_dtoh(&dst)?;
+                got.truncate(ob);
+                let all_in: Vec<Vec<u8>> = (0..world)
+                    .map(|p| inputs(sweep.seed, p, ib, sweep.dtype))
+                    .collect();
+                let all_counts: Vec<Vec<u64>> = (0..world)
+                    .map(|p| v_counts(sweep.collective, world, p, count, elem))
+                    .collect();
+                let want = expected(sweep, count, &all_in, &all_counts).swap_remove(r as usize);
+                let n = want.len().min(got.len());
+                let differing = got[..n]
+                    .chunks(elem)
+                    .zip(want[..n].chunks(elem))
+                    .filter(|(a, b)| a != b)
+                    .count();
+                let mine = (differing + (want.len() - n) / elem) as f64;
+                Some(f64s(b.all_gather(&mine.to_le_bytes())?).iter().sum::<f64>() as u64)
             } else {
-                "none"
-            },
-            time_us: slowest * 1e3,
-            wrong,
-            min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
-            copy_bandwidth,
-        });
+                None
+            };
+            // 2. Warm up, then time (graph replays or plain launches).
+            for _ in 0..sweep.warmup {
+                // SAFETY: as above.
+                unsafe { call(sweep, o, &ctx, d_span, s_span, count, counts_arg)? };
+            }
+            ctx.synchronize()?;
+            b.barrier()?;
+            let per_call_ms = if sweep.graph_launches > 0 {
+                stream
+                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                let mut captured = Ok(());
+                for _ in 0..sweep.graph_launches {
+                    // SAFETY: as above.
+                    captured = captured.and_then(|_| unsafe {
+                        call(sweep, o, &ctx, d_span, s_span, count, counts_arg)
+                    });
+                }
+                let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+                captured?;
+                let graph = graph.ok_or_else(|| {
+                    purlin::Error::InvalidLaunch("the capture produced no graph".into())
+                })?;
+                time_ms(&stream, sweep.runs, |_| {
+                    graph.launch().map_err(purlin::Error::from)
+                })? / sweep.graph_launches as f64
+            } else {
+                // SAFETY: as above.
+                time_ms(&stream, sweep.runs, |_| unsafe {
+                    call(sweep, o, &ctx, d_span, s_span, count, counts_arg)
+                })?
+            };
+            ctx.synchronize()?;
+            let slowest = f64s(b.all_gather(&per_call_ms.to_le_bytes())?)
+                .into_iter()
+                .fold(0.0, f64::max);
+            if r == 0 {
+                progress(i + 1, sweep.sizes.len());
+            }
+            rows.push(Row {
+                total_bytes: size,
+                count: size / elem as u64,
+                dtype: sweep.dtype,
+                redop: if sweep.collective.reduces() {
+                    sweep.op.name()
+                } else {
+                    "none"
+                },
+                time_us: slowest * 1e3,
+                wrong,
+                min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
+                copy_bandwidth,
+            });
+        }
     }
     ctx.finalize()?;
     Ok(rows)
@@ -511,7 +524,7 @@ mod tests {
             gpus: 1,
             dtype: DataType::F32,
             op: ReduceOpKind::Sum,
-            options: Options::default(),
+            options: vec![],
             sizes: vec![],
             graph_launches: 0,
             runs: 1,
