@@ -39,11 +39,14 @@ struct Ring {
 
 impl Ring {
     /// Slot `k` of `stage` for this thread; consecutive threads get consecutive 16-byte slots,
-    /// so a warp's shared-memory accesses are free of bank conflicts.
+    /// so a warp's shared-memory accesses are free of bank conflicts. Slots follow the thread's
+    /// place in its block's part of the group: a group spanning blocks (`Coop::grid`) has more
+    /// threads than one block's ring has slots. (Groups smaller than a block that run at the
+    /// same time pass distinct `smem`.)
     #[inline(always)]
     fn slot(&self, stage: usize, k: usize) -> *mut u8 {
-        let index =
-            (stage * VECTORS_PER_STAGE + k) * self.coop.size as usize + self.coop.index as usize;
+        let index = (stage * VECTORS_PER_STAGE + k) * self.coop.threads_per_block() as usize
+            + self.coop.thread() as usize;
         self.smem.wrapping_add(index * 16)
     }
 
@@ -80,7 +83,7 @@ impl Ring {
 /// Copies through the ring.
 ///
 /// # Safety
-/// As [`Atom::copy`], with `smem` holding `ring_bytes(coop.size)` bytes.
+/// As [`Atom::copy`], with `smem` holding `ring_bytes` of the block's threads.
 #[inline(always)]
 pub(crate) unsafe fn ring_copy(
     coop: Coop,
@@ -132,7 +135,7 @@ pub(crate) unsafe fn ring_copy(
 /// full whatever the number of sources.
 ///
 /// # Safety
-/// As [`Atom::reduce`], with `smem` holding `ring_bytes(coop.size)` bytes.
+/// As [`Atom::reduce`], with `smem` holding `ring_bytes` of the block's threads.
 #[inline(always)]
 pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
     coop: Coop,
