@@ -153,12 +153,13 @@ fn main() {
                     });
                 }
             }
+            // Written after every collective, so a sweep stopped early still leaves a table of
+            // what it finished.
+            if let Err(e) = std::fs::write(&args.out, write_rows(&rows)) {
+                eprintln!("purlin-tune: cannot write {}: {e}", args.out.display());
+                std::process::exit(1);
+            }
         }
-    }
-    let text = write_rows(&rows);
-    if let Err(e) = std::fs::write(&args.out, &text) {
-        eprintln!("purlin-tune: cannot write {}: {e}", args.out.display());
-        std::process::exit(1);
     }
     println!(
         "{} rows written to {} (use it with PURLIN_TUNING={})",

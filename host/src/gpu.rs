@@ -145,8 +145,7 @@ impl Gpu {
         // per-allocation event tracking would add stream waits that neither needs.
         // SAFETY: no CudaSlice of this context is shared between streams by Purlin.
         unsafe { context.disable_event_tracking() };
-        let module =
-            context.load_module(cudarc::nvrtc::Ptx::from_src(ptx::kernels(arch).text()))?;
+        let module = load_eagerly(&context, ptx::kernels(arch).text())?;
         let sm_count = context.attribute(
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
         )? as u32;
@@ -295,14 +294,67 @@ impl Gpu {
         Ok(f)
     }
 
+    /// Loads the grid-wide Atom kernels now (the driver compiles them: seconds on first use in
+    /// a process, or less from its JIT cache). Loading a kernel may wait for the whole device
+    /// to go idle, so do it before queuing work that waits for an Atom launch of another rank
+    /// (a stream wait, a spinning kernel): [`Window::new`](crate::p2p::Window::new) does.
+    /// ```no_run
+    /// purlin::Gpu::open(0)?.load_atom_kernels()?;
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn load_atom_kernels(&self) -> Result<()> {
+        self.atom_module().map(|_| ())
+    }
+
     /// The Atom kernels' module, loaded on first use.
     fn atom_module(&self) -> Result<&Arc<CudaModule>> {
         if let Some(m) = self.atom_module.get() {
             return Ok(m);
         }
-        let loaded = self.context.load_module(cudarc::nvrtc::Ptx::from_src(
-            ptx::atom_kernels(self.arch).text(),
-        ))?;
+        let loaded = load_eagerly(&self.context, ptx::atom_kernels(self.arch).text())?;
         Ok(self.atom_module.get_or_init(|| loaded))
+    }
+}
+
+/// The kernels (`.entry` names) of a PTX text.
+pub(crate) fn entries(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().filter_map(|line| {
+        let rest = line.trim_start();
+        let rest = rest.strip_prefix(".visible ").unwrap_or(rest);
+        let name = rest.strip_prefix(".entry ")?;
+        name.split(['(', ' ']).next().filter(|n| !n.is_empty())
+    })
+}
+
+/// Loads a PTX module with every kernel in it. Under the driver's lazy loading (the default
+/// since CUDA 12.2), a kernel is loaded at its first launch, and loading can wait for the
+/// device to go idle: on the virtual node, rank 0's first launch would then wait for rank 1's
+/// kernel (or stream wait), which waits for rank 0. Loading everything up front removes that
+/// deadlock.
+pub(crate) fn load_eagerly(context: &Arc<CudaContext>, ptx: &str) -> Result<Arc<CudaModule>> {
+    let module = context.load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+    for name in entries(ptx) {
+        let f = module.load_function(name)?;
+        // SAFETY: a function handle of a module this context just loaded.
+        unsafe { cudarc::driver::sys::cuFuncLoad(f.cu_function()) }.result()?;
+    }
+    Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries;
+    use crate::ptx::{self, Arch};
+
+    #[test]
+    fn entries_name_every_kernel_of_the_embedded_ptx() {
+        let text = ptx::kernels(Arch::Sm90).text();
+        let names: Vec<&str> = entries(text).collect();
+        assert_eq!(names.len(), text.matches(".entry ").count());
+        assert!(names.contains(&"purlin_all_reduce_bfloat16"));
+        assert!(names.contains(&"purlin_all_gather_v"));
+        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')));
+        let atoms: Vec<&str> = entries(ptx::atom_kernels(Arch::Sm70).text()).collect();
+        assert!(atoms.contains(&"purlin_atom_copy_sm70"));
     }
 }

@@ -30,9 +30,9 @@ pub struct Module {
 impl Module {
     /// Loads PTX text on `gpu` (the driver compiles it for the device).
     pub fn load(gpu: &Arc<Gpu>, ptx: &str) -> Result<Self> {
-        let module = gpu
-            .context()
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+        // Every kernel now, not at its first launch (see `gpu::load_eagerly`): a fused kernel
+        // whose ranks wait for each other must not wait for a lazy load as well.
+        let module = crate::gpu::load_eagerly(gpu.context(), ptx)?;
         Ok(Self {
             gpu: gpu.clone(),
             module,

@@ -94,6 +94,10 @@ impl Window {
                     reason: format!("a window of {bytes} bytes overflows"),
                 })?;
         let total = signal_offset + (MAX_RANKS * 8) as u64;
+        // Puts launch Atom kernels while peers may already wait for them: load them first.
+        if let Some(gpu) = ctx.gpu() {
+            gpu.load_atom_kernels()?;
+        }
         let ws = ctx.workspace();
         let sym = Symmetric::new(ws.bootstrap().clone(), ws.allocator().clone(), total)?;
         Ok(Window {
