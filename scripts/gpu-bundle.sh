@@ -10,10 +10,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 "$root/scripts/tools.sh" toolchain >/dev/null
 bundle=$root/gpu-bundle
-# Keep the driver's JIT cache a previous run handed back (see run.sh); everything else is rebuilt.
-if [ -d "$bundle/jit-cache" ]; then mv "$bundle/jit-cache" "$root/target/jit-cache.keep"; fi
+# Keep the driver's JIT cache a previous run handed back (jit-cache.tgz, see run.sh); everything
+# else is rebuilt.
+if [ -f "$bundle/jit-cache.tgz" ]; then mv "$bundle/jit-cache.tgz" "$root/target/jit-cache.tgz.keep"; fi
 rm -rf "$bundle" && mkdir -p "$bundle/bin"
-if [ -d "$root/target/jit-cache.keep" ]; then mv "$root/target/jit-cache.keep" "$bundle/jit-cache"; fi
+if [ -f "$root/target/jit-cache.tgz.keep" ]; then mv "$root/target/jit-cache.tgz.keep" "$bundle/jit-cache.tgz"; fi
 
 # The GPU test binary (the CPU suites are CI's; every GPU test skips without a GPU).
 cargo test -p purlin-tests --test gpu --no-run --message-format=json 2>/dev/null \

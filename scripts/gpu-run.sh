@@ -32,9 +32,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # hardware queue so a waiting kernel never blocks another rank's work queued behind it.
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 # The driver's PTX JIT takes tens of seconds for the collectives: keep its cache in the bundle
-# (and hand it back in $OUT) so the next run on a fresh machine can start from it.
+# (and hand it back in $OUT as jit-cache.tgz) so the next run on a fresh machine can start
+# from it.
 export CUDA_CACHE_PATH=$here/jit-cache CUDA_CACHE_MAXSIZE=4294967296
 mkdir -p "$CUDA_CACHE_PATH"
+# A cache handed back by an earlier run travels packed (put it in the bundle as jit-cache.tgz).
+[ -f "$here/jit-cache.tgz" ] && tar xzf "$here/jit-cache.tgz" -C "$CUDA_CACHE_PATH"
 summary=$logs/summary.txt
 : >"$summary"
 status=0
