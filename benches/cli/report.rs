@@ -65,7 +65,10 @@ impl Collective {
             // in = b, out = b/n per rank
             Self::Rs | Self::Rsv => n * b + n * (b / n),
             // in = out = b per rank
-            Self::A2a | Self::A2av => 2.0 * n * b,
+            Self::A2a => 2.0 * n * b,
+            // The skewed counts of `run::v_counts` send b/n per rank on average (so that every
+            // rank's receives fit its b-byte buffer): in = out = b in all.
+            Self::A2av => 2.0 * b,
         }
     }
 }

@@ -230,4 +230,27 @@ mod tests {
             }
         }
     }
+
+    /// The compiled-in sm_90 rows are the table the tuner wrote on the H200 (shipped beside
+    /// the benchmarks), so the two cannot drift apart.
+    #[test]
+    fn builtin_sm90_rows_are_the_h200_tuner_table() {
+        let tuned = Table::parse(include_str!("../../benches/sm90-h200.table")).unwrap();
+        assert!(!tuned.is_empty());
+        let builtin = Table::builtin();
+        for t in &tuned {
+            let got = builtin
+                .rows()
+                .iter()
+                .find(|r| {
+                    r.arch == t.arch
+                        && r.world == t.world
+                        && r.collective == t.collective
+                        && r.max_bytes == t.max_bytes
+                })
+                .unwrap_or_else(|| panic!("no built-in row for {t:?}"));
+            assert_eq!(got.blocks, t.blocks, "{t:?}");
+            assert_eq!(got.plan, t.plan, "{t:?}");
+        }
+    }
 }

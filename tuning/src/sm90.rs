@@ -1,47 +1,14 @@
-//! The sm_90 rows (H200). Starting points from the original's H200 codesign policies, with
-//! blocks per rank sized so that a virtual node of `world` ranks on one GPU keeps every rank's
-//! blocks resident at once (132 SMs × 3 blocks of the Sm90 Atom's shared memory).
-//! `benches/RESULTS.md` records the sweeps that set them.
+//! The sm_90 rows (H200), tuned on the H200's virtual node by
+//! `purlin-tune --ranks 8,4,2 --bands 64K,1M,16M --runs 6` (2026-11-30, commit f7dceb5; the
+//! table it wrote is `benches/sm90-h200.table`, the sweep in `benches/RESULTS.md`). Per world,
+//! collective and message band (≤ 64 KiB, ≤ 1 MiB, above) the tuner chose blocks per rank,
+//! producer (put) blocks and the chunk size, timing bf16 sums in CUDA graphs. Blocks never
+//! exceed what keeps every rank of a virtual node resident (132 SMs / world). Latency thresholds
+//! and the two-shot bounds are the original's H200 starting points (the tuner keeps them). The
+//! V forms take their fixed-size counterpart's largest band: the tuner does not sweep them yet.
 
 use super::Row;
 use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
-
-const fn plan(
-    threads: u32,
-    put_blocks: u32,
-    chunk_bytes: u64,
-    latency_threshold: u64,
-    two_shot_min_bytes: u64,
-) -> Plan {
-    Plan {
-        threads,
-        put_blocks,
-        chunk_bytes,
-        latency_threshold,
-        two_shot_min_bytes,
-        two_shot_min_world: 4,
-        algorithm: Algorithm::Auto as u32,
-        mode: ReductionMode::Default as u32,
-        reserved: 0,
-    }
-}
-
-const fn row(
-    world: u32,
-    collective: CollectiveKind,
-    max_bytes: u64,
-    blocks: u32,
-    plan: Plan,
-) -> Row {
-    Row {
-        arch: 90,
-        world,
-        collective,
-        max_bytes,
-        blocks,
-        plan,
-    }
-}
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -52,45 +19,88 @@ use CollectiveKind::{
 };
 use CollectiveKind::{ReduceScatter as RS, ReduceScatterV as RSV};
 
-/// Rows for one world: small messages get few blocks, large ones the full shape.
-macro_rules! world_rows {
-    ($w:literal, $big:literal, $put:literal, $chunk:expr, $lat:expr, $two:expr) => {
-        [
-            row($w, AR, 64 * KIB, 8, plan(256, 4, $chunk, $lat, $two)),
-            row(
-                $w,
-                AR,
-                4 * MIB,
-                $big / 2,
-                plan(256, $put / 2, $chunk, $lat, $two),
-            ),
-            row($w, AR, ANY, $big, plan(256, $put, $chunk, $lat, $two)),
-            row($w, AG, 64 * KIB, 8, plan(128, 4, $chunk, $lat, $two)),
-            row($w, AG, ANY, $big, plan(128, $put, $chunk, $lat, $two)),
-            row($w, AGV, ANY, $big, plan(128, $put, $chunk, $lat, $two)),
-            row($w, RS, 64 * KIB, 8, plan(128, 4, $chunk, $lat, $two)),
-            row($w, RS, ANY, $big, plan(128, $put, $chunk, $lat, $two)),
-            row($w, RSV, ANY, $big, plan(128, $put, $chunk, $lat, $two)),
-            row($w, A2A, 64 * KIB, 8, plan(128, 4, $chunk, $lat, $two)),
-            row($w, A2A, ANY, $big, plan(128, $put, $chunk, $lat, $two)),
-            row($w, A2AV, ANY, $big, plan(128, $put, $chunk, $lat, $two)),
-        ]
+/// One tuned row: `blocks` per rank, `put` producer blocks, `chunk` bytes per staging chunk;
+/// the latency threshold and two-shot bound of `world`.
+const fn tuned(
+    world: u32,
+    collective: CollectiveKind,
+    max_bytes: u64,
+    blocks: u32,
+    put: u32,
+    chunk: u64,
+) -> Row {
+    // One-shot packets up to the threshold, two-shot above `two_shot` (from 4 ranks).
+    let (latency_threshold, two_shot_min_bytes) = match world {
+        2 => (512 * KIB, 64 * KIB),
+        4 => (256 * KIB, 128 * KIB),
+        _ => (128 * KIB, 64 * KIB),
     };
+    Row {
+        arch: 90,
+        world,
+        collective,
+        max_bytes,
+        blocks,
+        plan: Plan {
+            threads: if matches!(collective, AR) { 256 } else { 128 },
+            put_blocks: put,
+            chunk_bytes: chunk,
+            latency_threshold,
+            two_shot_min_bytes,
+            two_shot_min_world: 4,
+            algorithm: Algorithm::Auto as u32,
+            mode: ReductionMode::Default as u32,
+            reserved: 0,
+        },
+    }
 }
 
-const W2: [Row; 12] = world_rows!(2, 48, 24, 4 * MIB, 512 * KIB, 64 * KIB);
-const W4: [Row; 12] = world_rows!(4, 32, 16, MIB, 256 * KIB, 128 * KIB);
-const W8: [Row; 12] = world_rows!(8, 16, 8, 512 * KIB, 128 * KIB, 64 * KIB);
-
 /// Every sm_90 row.
-pub(crate) const ROWS: [Row; 36] = {
-    let mut rows = [W2[0]; 36];
-    let mut i = 0;
-    while i < 12 {
-        rows[i] = W2[i];
-        rows[12 + i] = W4[i];
-        rows[24 + i] = W8[i];
-        i += 1;
-    }
-    rows
-};
+#[rustfmt::skip]
+pub(crate) const ROWS: [Row; 45] = [
+    tuned(2, AR, 64 * KIB, 32, 16, MIB),
+    tuned(2, AR, MIB, 64, 16, MIB),
+    tuned(2, AR, ANY, 64, 16, 4 * MIB),
+    tuned(2, AG, 64 * KIB, 32, 8, 4 * MIB),
+    tuned(2, AG, MIB, 64, 16, MIB),
+    tuned(2, AG, ANY, 64, 16, 4 * MIB),
+    tuned(2, RS, 64 * KIB, 32, 16, 4 * MIB),
+    tuned(2, RS, MIB, 64, 32, MIB),
+    tuned(2, RS, ANY, 64, 16, 4 * MIB),
+    tuned(2, A2A, 64 * KIB, 32, 16, 4 * MIB),
+    tuned(2, A2A, MIB, 64, 32, 4 * MIB),
+    tuned(2, A2A, ANY, 64, 16, 4 * MIB),
+    tuned(2, AGV, ANY, 64, 16, 4 * MIB),
+    tuned(2, RSV, ANY, 64, 16, 4 * MIB),
+    tuned(2, A2AV, ANY, 64, 16, 4 * MIB),
+    tuned(4, AR, 64 * KIB, 16, 4, 4 * MIB),
+    tuned(4, AR, MIB, 32, 16, 256 * KIB),
+    tuned(4, AR, ANY, 32, 8, MIB),
+    tuned(4, AG, 64 * KIB, 16, 4, 4 * MIB),
+    tuned(4, AG, MIB, 32, 16, 4 * MIB),
+    tuned(4, AG, ANY, 32, 8, 4 * MIB),
+    tuned(4, RS, 64 * KIB, 16, 8, MIB),
+    tuned(4, RS, MIB, 32, 8, 4 * MIB),
+    tuned(4, RS, ANY, 32, 8, 4 * MIB),
+    tuned(4, A2A, 64 * KIB, 32, 16, 4 * MIB),
+    tuned(4, A2A, MIB, 32, 16, 4 * MIB),
+    tuned(4, A2A, ANY, 32, 16, 4 * MIB),
+    tuned(4, AGV, ANY, 32, 8, 4 * MIB),
+    tuned(4, RSV, ANY, 32, 8, 4 * MIB),
+    tuned(4, A2AV, ANY, 32, 16, 4 * MIB),
+    tuned(8, AR, 64 * KIB, 8, 2, 4 * MIB),
+    tuned(8, AR, MIB, 16, 4, MIB),
+    tuned(8, AR, ANY, 16, 4, MIB),
+    tuned(8, AG, 64 * KIB, 16, 4, 256 * KIB),
+    tuned(8, AG, MIB, 16, 4, 256 * KIB),
+    tuned(8, AG, ANY, 16, 8, 4 * MIB),
+    tuned(8, RS, 64 * KIB, 16, 8, MIB),
+    tuned(8, RS, MIB, 16, 4, 256 * KIB),
+    tuned(8, RS, ANY, 16, 4, MIB),
+    tuned(8, A2A, 64 * KIB, 16, 8, MIB),
+    tuned(8, A2A, MIB, 16, 8, MIB),
+    tuned(8, A2A, ANY, 16, 8, MIB),
+    tuned(8, AGV, ANY, 16, 8, 4 * MIB),
+    tuned(8, RSV, ANY, 16, 4, MIB),
+    tuned(8, A2AV, ANY, 16, 8, MIB),
+];
