@@ -94,18 +94,25 @@ pub fn table() -> Table<'static> {
                 Err(e) => tracing::warn!(path = %path.to_string_lossy(), %e, "ignoring the PURLIN_TUNING table"),
             }
         }
-        // Rows of a loaded file win over compiled-in rows of the same key: lookups pick the
-        // newest architecture and exact world first, so append the builtin rows the file lacks.
-        let builtin = Table::builtin();
-        for r in builtin.rows() {
-            let covered = rows.iter().any(|l: &Row| l.arch == r.arch && l.world == r.world && l.collective == r.collective);
-            if !covered {
-                rows.push(*r);
-            }
-        }
-        rows
+        merge(rows, Table::builtin().rows())
     });
     Table::new(rows)
+}
+
+/// A loaded table's rows in front of the compiled-in ones: rows of the file win over
+/// compiled-in rows of the same (architecture, world, collective), every band of them; the
+/// compiled-in keys the file lacks keep all their bands.
+fn merge(loaded: Vec<Row>, builtin: &[Row]) -> Vec<Row> {
+    let same_key =
+        |a: &Row, b: &Row| a.arch == b.arch && a.world == b.world && a.collective == b.collective;
+    let kept: Vec<Row> = builtin
+        .iter()
+        .filter(|r| !loaded.iter().any(|l| same_key(l, r)))
+        .copied()
+        .collect();
+    let mut rows = loaded;
+    rows.extend(kept);
+    rows
 }
 
 /// The size a collective is tuned by: AllReduce the whole payload, AllGather each rank's
@@ -712,4 +719,43 @@ pub fn all_to_all_v<T: Element>(
     let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
     // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
     unsafe { all_to_all_v_raw(ctx, T::DTYPE, d, s, counts, &Options::default()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every band of a compiled-in key survives the merge (it once kept only the first band of
+    /// each key, so every AllReduce ran with the small-message row).
+    #[test]
+    fn merge_keeps_every_builtin_band_and_lets_the_file_win() {
+        let builtin = Table::builtin();
+        assert_eq!(merge(Vec::new(), builtin.rows()), builtin.rows());
+
+        let mut file_row = *builtin
+            .rows()
+            .iter()
+            .find(|r| r.arch == 90 && r.world == 8 && r.collective == CollectiveKind::AllReduce)
+            .unwrap();
+        file_row.blocks = 3;
+        file_row.max_bytes = u64::MAX;
+        let merged = merge(vec![file_row], builtin.rows());
+        let table = Table::new(&merged);
+        for bytes in [0, 1 << 20, 1 << 30] {
+            assert_eq!(
+                table.lookup(90, 8, CollectiveKind::AllReduce, bytes).blocks,
+                3
+            );
+        }
+        // Other keys keep every band.
+        let bands = |rows: &[Row]| {
+            rows.iter()
+                .filter(|r| {
+                    r.arch == 90 && r.world == 8 && r.collective == CollectiveKind::AllGather
+                })
+                .count()
+        };
+        assert_eq!(bands(&merged), bands(builtin.rows()));
+        assert!(bands(&merged) > 1);
+    }
 }

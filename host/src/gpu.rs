@@ -353,7 +353,11 @@ mod tests {
         assert_eq!(names.len(), text.matches(".entry ").count());
         assert!(names.contains(&"purlin_all_reduce_bfloat16"));
         assert!(names.contains(&"purlin_all_gather_v"));
-        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        );
         let atoms: Vec<&str> = entries(ptx::atom_kernels(Arch::Sm70).text()).collect();
         assert!(atoms.contains(&"purlin_atom_copy_sm70"));
     }
