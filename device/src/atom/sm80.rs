@@ -35,6 +35,23 @@ struct Ring {
     smem: *mut u8,
     coop: Coop,
     vectors: usize,
+    /// This thread's place among its block's part of the group, and that part's size: slot
+    /// coordinates, worked out once rather than with a division per access.
+    lane: usize,
+    lanes: usize,
+}
+
+impl Ring {
+    #[inline(always)]
+    fn new(smem: *mut u8, coop: Coop, vectors: usize) -> Self {
+        Self {
+            smem,
+            coop,
+            vectors,
+            lane: coop.thread() as usize,
+            lanes: coop.threads_per_block() as usize,
+        }
+    }
 }
 
 impl Ring {
@@ -45,8 +62,7 @@ impl Ring {
     /// same time pass distinct `smem`.)
     #[inline(always)]
     fn slot(&self, stage: usize, k: usize) -> *mut u8 {
-        let index = (stage * VECTORS_PER_STAGE + k) * self.coop.threads_per_block() as usize
-            + self.coop.thread() as usize;
+        let index = (stage * VECTORS_PER_STAGE + k) * self.lanes + self.lane;
         self.smem.wrapping_add(index * 16)
     }
 
@@ -92,11 +108,7 @@ pub(crate) unsafe fn ring_copy(
     bytes: usize,
     smem: *mut u8,
 ) {
-    let ring = Ring {
-        smem,
-        coop,
-        vectors: bytes / 16,
-    };
+    let ring = Ring::new(smem, coop, bytes / 16);
     let groups = ring.groups();
     for g in 0..STAGES {
         if g < groups {
@@ -144,11 +156,7 @@ pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
     count: usize,
     smem: *mut u8,
 ) {
-    let ring = Ring {
-        smem,
-        coop,
-        vectors: count / T::LANES,
-    };
+    let ring = Ring::new(smem, coop, count / T::LANES);
     let n = srcs.len();
     let items = ring.groups() * n;
     // (group, source) of the next item to load.
