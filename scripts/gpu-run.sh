@@ -68,8 +68,8 @@ if [ $tests = 1 ]; then
     if [ $rc -eq 125 ]; then
       notrun=$((notrun + 1)); say "NOT RUN (deadline) $name"; continue
     fi
-    if [ $rc -eq 0 ] && grep -q '^SKIPPED' "$log"; then
-      skipped=$((skipped + 1)); say "skipped ${secs}s $name: $(grep '^SKIPPED' "$log" | head -1)"
+    if [ $rc -eq 0 ] && grep -q 'SKIPPED:' "$log"; then
+      skipped=$((skipped + 1)); say "skipped ${secs}s $name: $(grep -o 'SKIPPED:.*' "$log" | head -1)"
     elif [ $rc -eq 0 ]; then
       passed=$((passed + 1)); say "ok ${secs}s $name"
     else
