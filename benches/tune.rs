@@ -1,5 +1,5 @@
-//! `purlin-tune`: sweeps the codesign knobs (blocks, producer blocks, chunk size, AllReduce
-//! latency threshold) of every collective on the present GPU's virtual node and writes a
+//! `purlin-tune`: sweeps the codesign knobs (blocks, producer blocks, chunk size, and for
+//! AllReduce the algorithm) of every collective on the present GPU's virtual node and writes a
 //! `purlin-tuning` table file. Point `PURLIN_TUNING` at it to use it; the compiled-in table
 //! stays the default otherwise.
 //!
@@ -8,7 +8,7 @@
 //! ```
 
 use clap::Parser;
-use purlin::collective::{CollectiveKind, Options};
+use purlin::collective::{Algorithm, CollectiveKind, Options};
 use purlin::{DataType, Gpu, ReduceOpKind};
 use purlin_bench::report::Collective;
 use purlin_bench::run::{self, Sweep};
@@ -28,7 +28,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ar,ag,rs,a2a"
+        default_value = "ar,ag,rs,a2a,agv,rsv,a2av"
     )]
     collectives: Vec<Collective>,
     /// Band upper bounds (dispatch sizes); the last band is open-ended.
@@ -98,6 +98,25 @@ fn main() {
                                 })
                             })
                     })
+                    // AllReduce: each algorithm forced too (a forced latency algorithm that does
+                    // not fit the workspace falls back to the throughput regime, so every
+                    // candidate is valid); the row then records the winner.
+                    .flat_map(|choice| {
+                        let forced = if c == Collective::Ar {
+                            &[
+                                Algorithm::OneShot,
+                                Algorithm::TwoShot,
+                                Algorithm::Throughput,
+                            ][..]
+                        } else {
+                            &[]
+                        };
+                        std::iter::once(choice).chain(forced.iter().map(move |&a| {
+                            let mut plan = choice.plan;
+                            plan.algorithm = a as u32;
+                            Choice { plan, ..choice }
+                        }))
+                    })
                     .collect();
                 let sweep = Sweep {
                     collective: c,
@@ -132,11 +151,12 @@ fn main() {
                 };
                 if let Some((t, choice)) = best {
                     eprintln!(
-                        "# {} x{world} band {band}: {t:.1} us with {} blocks, {} put, {} B chunks",
+                        "# {} x{world} band {band}: {t:.1} us with {} blocks, {} put, {} B chunks, {:?}",
                         c.name(),
                         choice.blocks,
                         choice.plan.put_blocks,
-                        choice.plan.chunk_bytes
+                        choice.plan.chunk_bytes,
+                        choice.plan.algorithm()
                     );
                     let max_bytes = if bi + 1 == args.bands.len() {
                         u64::MAX
