@@ -82,42 +82,53 @@ fn main() {
             for (bi, &band) in args.bands.iter().enumerate() {
                 let size = size_for_band(c, world, band);
                 let start = base.lookup(gpu.compute_capability(), world, kind(c), band);
-                // Every candidate is timed on one context and one set of buffers.
-                let candidates: Vec<Choice> = [4u32, 8, 16, 32, 64]
+                // Every candidate is timed on one context and one set of buffers: the staged
+                // knobs (producer blocks, chunk size) for every block count, with the plan's
+                // algorithm and, for AllReduce, the throughput regime forced; and for AllReduce
+                // the latency algorithms forced once per block count (put and chunk do not
+                // reach the packet paths; a forced algorithm that does not fit the workspace
+                // falls back to the throughput regime, so every candidate is valid).
+                let (staged_algorithms, latency): (&[Option<Algorithm>], &[Algorithm]) =
+                    if c == Collective::Ar {
+                        (
+                            &[None, Some(Algorithm::Throughput)],
+                            &[Algorithm::OneShot, Algorithm::TwoShot],
+                        )
+                    } else {
+                        (&[None], &[])
+                    };
+                let with = |blocks: u32, put: u32, chunk: u64, algorithm: Option<Algorithm>| {
+                    let mut plan = start.plan;
+                    (plan.put_blocks, plan.chunk_bytes) = (put, chunk);
+                    if let Some(a) = algorithm {
+                        plan.algorithm = a as u32;
+                    }
+                    Choice { blocks, plan }
+                };
+                let block_counts = [4u32, 8, 16, 32, 64]
                     .into_iter()
-                    .filter(|&b| b <= max_blocks)
-                    .flat_map(|blocks| {
-                        [blocks / 4, blocks / 2]
-                            .into_iter()
-                            .filter(|&p| p >= 1)
-                            .flat_map(move |put| {
-                                [256u64 << 10, 1 << 20, 4 << 20].map(move |chunk| {
-                                    let mut plan = start.plan;
-                                    (plan.put_blocks, plan.chunk_bytes) = (put, chunk);
-                                    Choice { blocks, plan }
+                    .filter(|&b| b <= max_blocks);
+                let staged = block_counts.clone().flat_map(|blocks| {
+                    [blocks / 4, blocks / 2]
+                        .into_iter()
+                        .filter(|&p| p >= 1)
+                        .flat_map(move |put| {
+                            [256u64 << 10, 1 << 20, 4 << 20]
+                                .into_iter()
+                                .flat_map(move |chunk| {
+                                    staged_algorithms
+                                        .iter()
+                                        .map(move |&a| with(blocks, put, chunk, a))
                                 })
-                            })
-                    })
-                    // AllReduce: each algorithm forced too (a forced latency algorithm that does
-                    // not fit the workspace falls back to the throughput regime, so every
-                    // candidate is valid); the row then records the winner.
-                    .flat_map(|choice| {
-                        let forced = if c == Collective::Ar {
-                            &[
-                                Algorithm::OneShot,
-                                Algorithm::TwoShot,
-                                Algorithm::Throughput,
-                            ][..]
-                        } else {
-                            &[]
-                        };
-                        std::iter::once(choice).chain(forced.iter().map(move |&a| {
-                            let mut plan = choice.plan;
-                            plan.algorithm = a as u32;
-                            Choice { plan, ..choice }
-                        }))
-                    })
-                    .collect();
+                        })
+                });
+                let forced = block_counts.flat_map(|blocks| {
+                    let (put, chunk) = (start.plan.put_blocks, start.plan.chunk_bytes);
+                    latency
+                        .iter()
+                        .map(move |&a| with(blocks, put, chunk, Some(a)))
+                });
+                let candidates: Vec<Choice> = staged.chain(forced).collect();
                 let sweep = Sweep {
                     collective: c,
                     world,

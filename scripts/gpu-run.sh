@@ -43,7 +43,8 @@ summary=$logs/summary.txt
 status=0
 say() { echo "$*" | tee -a "$summary"; }
 left() { echo $((deadline - ($(date +%s) - started))); }
-# Runs "$@" under a bound of min($1, time left) seconds; 124 when the deadline stopped it.
+# Runs "$@" under a bound of min($1, time left) seconds (timeout's 124 when it ran past it);
+# 125 without running it when the deadline leaves no time.
 bounded() {
   local limit=$1; shift
   local l; l=$(left)

@@ -474,9 +474,6 @@ pub fn run_rank<B: Bootstrap + Clone + 'static>(
             let slowest = f64s(b.all_gather(&per_call_ms.to_le_bytes())?)
                 .into_iter()
                 .fold(0.0, f64::max);
-            if r == 0 {
-                progress(i + 1, sweep.sizes.len());
-            }
             rows.push(Row {
                 total_bytes: size,
                 count: size / elem as u64,
@@ -491,6 +488,9 @@ pub fn run_rank<B: Bootstrap + Clone + 'static>(
                 min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
                 copy_bandwidth,
             });
+        }
+        if r == 0 {
+            progress(i + 1, sweep.sizes.len());
         }
     }
     ctx.finalize()?;
