@@ -38,6 +38,8 @@ export CUDA_CACHE_PATH=$here/jit-cache CUDA_CACHE_MAXSIZE=4294967296
 mkdir -p "$CUDA_CACHE_PATH"
 # A cache handed back by an earlier run travels packed (put it in the bundle as jit-cache.tgz).
 [ -f "$here/jit-cache.tgz" ] && tar xzf "$here/jit-cache.tgz" -C "$CUDA_CACHE_PATH"
+# Cubins ptxas made from the embedded PTX when the bundle was built (scripts/gpu-bundle.sh).
+[ -d "$here/cubin" ] && export PURLIN_CUBIN_DIR=$here/cubin
 summary=$logs/summary.txt
 : >"$summary"
 status=0

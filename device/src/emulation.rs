@@ -21,6 +21,7 @@
 //! assert_eq!(dst[2].as_slice::<f32>(), &[6.0; 7]);
 //! ```
 
+use crate::arch;
 use crate::atom::Host;
 use crate::collective;
 use crate::context::{Context, LocalState, MAX_RANKS, WorkspaceLayout};
@@ -148,8 +149,13 @@ pub enum EmulationError {
     World(u32),
     /// A launch asked for 0 or more than `MAX_BLOCKS` blocks.
     Blocks(u32),
-    /// Fewer buffers than ranks were given.
+    /// Fewer buffers than ranks were given, or a buffer smaller than the call needs.
     Buffers,
+    /// A launch asked for 0 or more than [`MAX_THREADS`] threads per block.
+    Threads(u32),
+    /// Queued calls faulted: `(index of the call the rank stopped at, its fault)` for each rank
+    /// that recorded one, in rank order.
+    QueuedFaults(Vec<(usize, Fault)>),
     /// One or more ranks recorded a fault (one per rank that did, in rank order).
     Faults(Vec<Fault>),
 }
@@ -159,7 +165,15 @@ impl fmt::Display for EmulationError {
         match self {
             Self::World(w) => write!(f, "world {w} is not in 1..={MAX_RANKS}"),
             Self::Blocks(b) => write!(f, "{b} blocks is not in 1..={}", crate::context::MAX_BLOCKS),
-            Self::Buffers => write!(f, "every rank needs its buffers"),
+            Self::Buffers => write!(f, "every rank needs buffers that hold what the call moves"),
+            Self::Threads(t) => write!(f, "{t} threads per block is not in 1..={MAX_THREADS}"),
+            Self::QueuedFaults(faults) => {
+                write!(f, "{} rank(s) faulted", faults.len())?;
+                for (call, fault) in faults {
+                    write!(f, "; call {call}: {fault}")?;
+                }
+                Ok(())
+            }
             Self::Faults(faults) => {
                 write!(f, "{} rank(s) faulted", faults.len())?;
                 for fault in faults {
@@ -306,19 +320,27 @@ impl Communicator {
     where
         F: Fn(u32, u32, Context, *mut u8) + Sync,
     {
-        if blocks == 0 || blocks as usize > crate::context::MAX_BLOCKS {
-            return Err(EmulationError::Blocks(blocks));
-        }
+        self.launch_threads(blocks, 1, absent, body)
+    }
+
+    /// [`launch`](Self::launch) with `threads` CPU threads per block: `body` runs on each of
+    /// them, where `arch::thread_index`, `arch::block_threads` and `arch::sync_block` behave as
+    /// on a GPU block of that size (see `arch::as_block_thread`).
+    pub fn launch_threads<F>(
+        &self,
+        blocks: u32,
+        threads: u32,
+        absent: Option<u32>,
+        body: F,
+    ) -> Result<(), EmulationError>
+    where
+        F: Fn(u32, u32, Context, *mut u8) + Sync,
+    {
+        check_shape(blocks, threads)?;
         let body = &body;
         std::thread::scope(|scope| {
             for rank in (0..self.world()).filter(|r| Some(*r) != absent) {
-                let ctx = self.context(rank);
-                for block in 0..blocks {
-                    scope.spawn(move || {
-                        let smem = Buffer::zeroed(smem_bytes::<Host>() as usize);
-                        body(rank, block, ctx, smem.as_mut_ptr());
-                    });
-                }
+                scope.spawn(move || self.run_blocks(rank, blocks, threads, body));
             }
         });
         let faults: Vec<Fault> = (0..self.world())
@@ -329,6 +351,128 @@ impl Communicator {
             Ok(())
         } else {
             Err(EmulationError::Faults(faults))
+        }
+    }
+
+    /// One kernel of `rank`: `blocks × threads` CPU threads, returning when all of them are
+    /// done (as a kernel on a stream: the next one starts only then).
+    fn run_blocks<F>(&self, rank: u32, blocks: u32, threads: u32, body: &F)
+    where
+        F: Fn(u32, u32, Context, *mut u8) + Sync,
+    {
+        let ctx = self.context(rank);
+        let smems: Vec<Buffer> = (0..blocks)
+            .map(|_| Buffer::zeroed(smem_bytes::<Host>() as usize))
+            .collect();
+        std::thread::scope(|scope| {
+            for (block, smem) in (0..blocks).zip(&smems) {
+                let barrier = arch::BlockBarrier::new(threads);
+                let smem_addr = smem.addr();
+                for thread in 0..threads {
+                    let barrier = barrier.clone();
+                    scope.spawn(move || {
+                        let me = arch::BlockThread {
+                            thread,
+                            threads,
+                            block,
+                            blocks,
+                            barrier,
+                            smem: smem_addr as *mut u8,
+                        };
+                        arch::as_block_thread(me, || body(rank, block, ctx, smem.as_mut_ptr()));
+                    });
+                }
+            }
+        });
+    }
+
+    /// Runs every rank's queue of calls the way a GPU runs one stream per rank: rank `r`
+    /// runs `queues[r]` in order, each call starting when all of its own blocks finished the
+    /// one before, with no join across ranks between calls, so a fast rank runs ahead into
+    /// later calls while a slow one is still in an earlier one. Before each call a rank may
+    /// sleep up to `schedule.max_delay` (drawn from `schedule.seed`), so the overlap happens
+    /// every way round. A rank whose call faults stops there (its peers then time out).
+    ///
+    /// Every call of `queues[r]` must be the same call, in the same order, as on every other
+    /// rank (only the buffers differ), as for collectives on a GPU.
+    ///
+    /// ```
+    /// use purlin_device::emulation::{Buffer, Communicator, Launch, Queued, Schedule};
+    /// use purlin_device::snac::CollectiveKind;
+    /// let comm = Communicator::builder(2).build().unwrap();
+    /// let src: Vec<Buffer> = (0..2).map(|r| Buffer::from_slice(&[r as u8; 100])).collect();
+    /// let dst: Vec<Vec<Buffer>> = (0..2).map(|_| (0..3).map(|_| Buffer::zeroed(200)).collect()).collect();
+    /// let launch = Launch::new(CollectiveKind::AllGather, 100);
+    /// let queues: Vec<Vec<Queued>> = (0..2)
+    ///     .map(|r| dst[r].iter().map(|d| Queued { launch, src: &src[r], dst: d, counts: None }).collect())
+    ///     .collect();
+    /// comm.run_queued(&queues, &Schedule::default()).unwrap();
+    /// assert_eq!(&dst[1][2].bytes()[100..], &[1u8; 100][..]);
+    /// ```
+    pub fn run_queued(
+        &self,
+        queues: &[Vec<Queued<'_>>],
+        schedule: &Schedule,
+    ) -> Result<(), EmulationError> {
+        let world = self.world() as usize;
+        if queues.len() < world {
+            return Err(EmulationError::Buffers);
+        }
+        for (rank, queue) in queues[..world].iter().enumerate() {
+            for q in queue {
+                check_shape(q.launch.blocks, q.launch.threads)?;
+                q.check_buffers(self.world(), rank as u32)?;
+            }
+        }
+        let stopped: Vec<Option<usize>> = std::thread::scope(|scope| {
+            let ranks: Vec<_> = (0..self.world())
+                .map(|rank| {
+                    let queue = &queues[rank as usize];
+                    scope.spawn(move || {
+                        let mut rng =
+                            schedule.seed ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(rank as u64 + 1);
+                        for (i, q) in queue.iter().enumerate() {
+                            if Some(rank) == q.launch.absent {
+                                continue;
+                            }
+                            let delay = schedule.max_delay.as_nanos() as u64;
+                            if delay > 0 {
+                                let ns = splitmix(&mut rng) % (delay + 1);
+                                std::thread::sleep(Duration::from_nanos(ns));
+                            }
+                            let l = q.launch;
+                            self.run_blocks(
+                                rank,
+                                l.blocks,
+                                l.threads,
+                                &|rank, block, ctx, smem| {
+                                    let args = q.args(block, smem);
+                                    // SAFETY: the buffers were checked against the launch and live
+                                    // for the whole run; every rank makes the same calls.
+                                    unsafe { call(l, args, ctx) };
+                                    debug_assert_eq!(rank, ctx.rank);
+                                },
+                            );
+                            if self.fault(rank).is_some() {
+                                return Some(i);
+                            }
+                        }
+                        None
+                    })
+                })
+                .collect();
+            ranks
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Some(usize::MAX)))
+                .collect()
+        });
+        let faults: Vec<(usize, Fault)> = (0..self.world())
+            .filter_map(|r| Some((stopped[r as usize]?, self.fault(r)?)))
+            .collect();
+        if faults.is_empty() {
+            Ok(())
+        } else {
+            Err(EmulationError::QueuedFaults(faults))
         }
     }
 
@@ -348,21 +492,136 @@ impl Communicator {
         {
             return Err(EmulationError::Buffers);
         }
+        for r in 0..world {
+            let q = Queued {
+                launch: *launch,
+                src: &src[r],
+                dst: &dst[r],
+                counts: counts.map(|c| &c[r]),
+            };
+            q.check_buffers(self.world(), r as u32)?;
+        }
         let l = *launch;
-        self.launch(l.blocks, l.absent, |rank, block, ctx, smem| {
+        self.launch_threads(l.blocks, l.threads, l.absent, |rank, block, ctx, smem| {
             let r = rank as usize;
-            let mut args = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), l.bytes, l.blocks);
-            args.block = block;
-            args.smem = smem;
-            args.plan = l.plan;
-            args.elem_bytes = l.elem_bytes;
-            if let Some(c) = counts {
-                args.counts = c[r].as_ptr() as *const u64;
-            }
-            // SAFETY: every rank's buffers are live for the launch; sizes are the caller's
-            // contract (as on a GPU).
-            unsafe { call(l, args, ctx) };
+            let q = Queued {
+                launch: l,
+                src: &src[r],
+                dst: &dst[r],
+                counts: counts.map(|c| &c[r]),
+            };
+            // SAFETY: every rank's buffers were checked against the launch and are live for
+            // it; every rank makes the same call (as on a GPU).
+            unsafe { call(l, q.args(block, smem), ctx) };
         })
+    }
+}
+
+fn check_shape(blocks: u32, threads: u32) -> Result<(), EmulationError> {
+    if blocks == 0 || blocks as usize > crate::context::MAX_BLOCKS {
+        return Err(EmulationError::Blocks(blocks));
+    }
+    if threads == 0 || threads > MAX_THREADS {
+        return Err(EmulationError::Threads(threads));
+    }
+    Ok(())
+}
+
+/// The most CPU threads an emulated block may have.
+pub const MAX_THREADS: u32 = 64;
+
+/// splitmix64: the delays of [`Communicator::run_queued`] (no dependency for one line).
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// How [`Communicator::run_queued`] staggers the ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    /// Each rank sleeps a random time up to this before each of its calls.
+    pub max_delay: Duration,
+    /// Seed of the delays.
+    pub seed: u64,
+}
+
+/// One call of one rank's queue: the launch (the same on every rank) and this rank's buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct Queued<'a> {
+    /// The call.
+    pub launch: Launch,
+    /// This rank's input.
+    pub src: &'a Buffer,
+    /// This rank's output.
+    pub dst: &'a Buffer,
+    /// This rank's V counts (u64 each, device-memory form), for the V collectives.
+    pub counts: Option<&'a Buffer>,
+}
+
+impl Queued<'_> {
+    /// The arguments of block `block`.
+    fn args(&self, block: u32, smem: *mut u8) -> SnacArgs {
+        let l = &self.launch;
+        let mut args = SnacArgs::new(self.dst.as_mut_ptr(), self.src.as_ptr(), l.bytes, l.blocks);
+        args.block = block;
+        args.smem = smem;
+        args.plan = l.plan;
+        args.elem_bytes = l.elem_bytes;
+        if let Some(c) = self.counts {
+            args.counts = c.as_ptr() as *const u64;
+        }
+        args
+    }
+
+    /// Whether the buffers hold what the call reads and writes on a communicator of `world`.
+    fn check_buffers(&self, world: u32, rank: u32) -> Result<(), EmulationError> {
+        let l = &self.launch;
+        let w = world as u64;
+        let elem = l.elem_bytes.max(1) as u64;
+        let (src, dst) = match l.collective {
+            CollectiveKind::AllReduce => (l.bytes, l.bytes),
+            CollectiveKind::AllGather => (l.bytes, l.bytes.saturating_mul(w)),
+            CollectiveKind::ReduceScatter => (l.bytes.saturating_mul(w), l.bytes),
+            CollectiveKind::AllToAll => (l.bytes.saturating_mul(w), l.bytes.saturating_mul(w)),
+            kind => {
+                let reduces = kind.reduces();
+                let elem = if reduces { l.dtype.size() as u64 } else { elem };
+                let needed = if kind == CollectiveKind::AllToAllV {
+                    2 * w
+                } else {
+                    w
+                };
+                let Some(c) = self.counts.filter(|c| c.len() as u64 >= needed * 8) else {
+                    return Err(EmulationError::Buffers);
+                };
+                let counts: Vec<u64> = c
+                    .bytes()
+                    .as_chunks::<8>()
+                    .0
+                    .iter()
+                    .map(|b| u64::from_le_bytes(*b))
+                    .collect();
+                let sum = |xs: &[u64]| {
+                    xs.iter()
+                        .try_fold(0u64, |a, &x| a.checked_add(x.checked_mul(elem)?))
+                        .unwrap_or(u64::MAX)
+                };
+                let w = world as usize;
+                let mine = sum(&counts[rank as usize..rank as usize + 1]);
+                match kind {
+                    CollectiveKind::AllGatherV => (mine, sum(&counts[..w])),
+                    CollectiveKind::ReduceScatterV => (sum(&counts[..w]), mine),
+                    _ => (sum(&counts[..w]), sum(&counts[w..2 * w])),
+                }
+            }
+        };
+        if (self.src.len() as u64) < src || (self.dst.len() as u64) < dst {
+            return Err(EmulationError::Buffers);
+        }
+        Ok(())
     }
 }
 
@@ -381,14 +640,20 @@ pub struct Launch {
     pub elem_bytes: u32,
     /// Blocks per rank.
     pub blocks: u32,
+    /// CPU threads per block (as a GPU block's threads: 1 to [`MAX_THREADS`]).
+    pub threads: u32,
     /// The tuning knobs.
     pub plan: Plan,
     /// A rank whose threads never start.
     pub absent: Option<u32>,
+    /// Reductions: run the `_op` forms (the operator chosen at run time, as the host-launched
+    /// kernels do) instead of the static ones.
+    pub runtime_op: bool,
 }
 
 impl Launch {
-    /// `collective` of `bytes` (f32 sum, 1-byte elements for copies, 2 blocks, default plan).
+    /// `collective` of `bytes` (f32 sum, 1-byte elements for copies, 2 blocks of 1 thread,
+    /// default plan, static operator).
     pub fn new(collective: CollectiveKind, bytes: u64) -> Self {
         Self {
             collective,
@@ -397,8 +662,10 @@ impl Launch {
             bytes,
             elem_bytes: 1,
             blocks: 2,
+            threads: 1,
             plan: Plan::DEFAULT,
             absent: None,
+            runtime_op: false,
         }
     }
 
@@ -419,6 +686,7 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
         collective: CollectiveKind,
         args: SnacArgs,
         ctx: Context,
+        op: Option<ReduceOpKind>,
     }
     impl TypedVisitor for Typed {
         type Output = ();
@@ -426,15 +694,24 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
             let (a, c) = (self.args, self.ctx);
             // SAFETY: forwarded contract.
             unsafe {
-                match self.collective {
-                    CollectiveKind::AllReduce => {
+                match (self.collective, self.op) {
+                    (CollectiveKind::AllReduce, None) => {
                         collective::all_reduce::<Host, Runtime, T, O>(a, c)
                     }
-                    CollectiveKind::ReduceScatter => {
+                    (CollectiveKind::AllReduce, Some(op)) => {
+                        collective::all_reduce_op::<Host, Runtime, T>(a, c, op)
+                    }
+                    (CollectiveKind::ReduceScatter, None) => {
                         collective::reduce_scatter::<Host, Runtime, T, O>(a, c)
                     }
-                    CollectiveKind::ReduceScatterV => {
+                    (CollectiveKind::ReduceScatter, Some(op)) => {
+                        collective::reduce_scatter_op::<Host, Runtime, T>(a, c, op)
+                    }
+                    (CollectiveKind::ReduceScatterV, None) => {
                         collective::reduce_scatter_v::<Host, Runtime, T, O>(a, c)
+                    }
+                    (CollectiveKind::ReduceScatterV, Some(op)) => {
+                        collective::reduce_scatter_v_op::<Host, Runtime, T>(a, c, op)
                     }
                     _ => {}
                 }
@@ -455,6 +732,7 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
                     collective: kind,
                     args,
                     ctx,
+                    op: launch.runtime_op.then_some(launch.op),
                 },
             ),
         }

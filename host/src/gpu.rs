@@ -145,7 +145,7 @@ impl Gpu {
         // per-allocation event tracking would add stream waits that neither needs.
         // SAFETY: no CudaSlice of this context is shared between streams by Purlin.
         unsafe { context.disable_event_tracking() };
-        let module = load_eagerly(&context, ptx::kernels(arch).text())?;
+        let module = load_embedded(&context, ptx::kernels(arch))?;
         let sm_count = context.attribute(
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
         )? as u32;
@@ -311,7 +311,7 @@ impl Gpu {
         if let Some(m) = self.atom_module.get() {
             return Ok(m);
         }
-        let loaded = load_eagerly(&self.context, ptx::atom_kernels(self.arch).text())?;
+        let loaded = load_embedded(&self.context, ptx::atom_kernels(self.arch))?;
         Ok(self.atom_module.get_or_init(|| loaded))
     }
 }
@@ -332,7 +332,35 @@ pub(crate) fn entries(ptx: &str) -> impl Iterator<Item = &str> {
 /// kernel (or stream wait), which waits for rank 0. Loading everything up front removes that
 /// deadlock.
 pub(crate) fn load_eagerly(context: &Arc<CudaContext>, ptx: &str) -> Result<Arc<CudaModule>> {
-    let module = context.load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+    load_image(context, cudarc::nvrtc::Ptx::from_src(ptx), ptx)
+}
+
+/// One of Purlin's embedded modules: its precompiled cubin when there is one (see
+/// [`ptx::precompiled`]), else its PTX.
+fn load_embedded(
+    context: &Arc<CudaContext>,
+    embedded: &ptx::EmbeddedPtx,
+) -> Result<Arc<CudaModule>> {
+    let text = embedded.text();
+    match ptx::precompiled(embedded) {
+        Some(mut cubin) => {
+            tracing::debug!(stem = embedded.stem, "loading a precompiled cubin");
+            // `cuModuleLoadData` reads a cubin by its own header; a NUL after it costs nothing.
+            cubin.push(0);
+            load_image(context, cudarc::nvrtc::Ptx::from_binary(cubin), text)
+        }
+        None => load_eagerly(context, text),
+    }
+}
+
+/// Loads a module image (PTX or cubin) and every kernel the PTX `text` declares.
+fn load_image(
+    context: &Arc<CudaContext>,
+    image: cudarc::nvrtc::Ptx,
+    text: &str,
+) -> Result<Arc<CudaModule>> {
+    let ptx = text;
+    let module = context.load_module(image)?;
     for name in entries(ptx) {
         let f = module.load_function(name)?;
         // SAFETY: a function handle of a module this context just loaded.

@@ -15,6 +15,9 @@ use std::sync::OnceLock;
 pub struct EmbeddedPtx {
     /// The architecture it targets.
     pub arch: Arch,
+    /// The file's stem (`purlin_kernels.sm_90`): what a precompiled cubin of it is named
+    /// after (see [`precompiled`]).
+    pub stem: &'static str,
     compressed: &'static [u8],
     text: OnceLock<String>,
 }
@@ -35,9 +38,10 @@ impl EmbeddedPtx {
 }
 
 macro_rules! embedded {
-    ($arch:ident, $file:literal) => {
+    ($arch:ident, $stem:literal, $file:literal) => {
         EmbeddedPtx {
             arch: Arch::$arch,
+            stem: $stem,
             compressed: include_bytes!(concat!(env!("OUT_DIR"), "/", $file)),
             text: OnceLock::new(),
         }
@@ -45,17 +49,49 @@ macro_rules! embedded {
 }
 
 static KERNELS: [EmbeddedPtx; 4] = [
-    embedded!(Sm70, "purlin_kernels.sm_70.ptx.deflate"),
-    embedded!(Sm80, "purlin_kernels.sm_80.ptx.deflate"),
-    embedded!(Sm90, "purlin_kernels.sm_90.ptx.deflate"),
-    embedded!(Sm100, "purlin_kernels.sm_100.ptx.deflate"),
+    embedded!(
+        Sm70,
+        "purlin_kernels.sm_70",
+        "purlin_kernels.sm_70.ptx.deflate"
+    ),
+    embedded!(
+        Sm80,
+        "purlin_kernels.sm_80",
+        "purlin_kernels.sm_80.ptx.deflate"
+    ),
+    embedded!(
+        Sm90,
+        "purlin_kernels.sm_90",
+        "purlin_kernels.sm_90.ptx.deflate"
+    ),
+    embedded!(
+        Sm100,
+        "purlin_kernels.sm_100",
+        "purlin_kernels.sm_100.ptx.deflate"
+    ),
 ];
 
 static ATOM_KERNELS: [EmbeddedPtx; 4] = [
-    embedded!(Sm70, "purlin_atom_kernels.sm_70.ptx.deflate"),
-    embedded!(Sm80, "purlin_atom_kernels.sm_80.ptx.deflate"),
-    embedded!(Sm90, "purlin_atom_kernels.sm_90.ptx.deflate"),
-    embedded!(Sm100, "purlin_atom_kernels.sm_100.ptx.deflate"),
+    embedded!(
+        Sm70,
+        "purlin_atom_kernels.sm_70",
+        "purlin_atom_kernels.sm_70.ptx.deflate"
+    ),
+    embedded!(
+        Sm80,
+        "purlin_atom_kernels.sm_80",
+        "purlin_atom_kernels.sm_80.ptx.deflate"
+    ),
+    embedded!(
+        Sm90,
+        "purlin_atom_kernels.sm_90",
+        "purlin_atom_kernels.sm_90.ptx.deflate"
+    ),
+    embedded!(
+        Sm100,
+        "purlin_atom_kernels.sm_100",
+        "purlin_atom_kernels.sm_100.ptx.deflate"
+    ),
 ];
 
 /// The embedded PTX of the collectives for `arch`.
@@ -96,4 +132,42 @@ pub fn atom_kernels(arch: Arch) -> &'static EmbeddedPtx {
 /// ```
 pub fn for_compute_capability(major: i32, minor: i32) -> Option<&'static EmbeddedPtx> {
     Arch::for_compute_capability((major * 10 + minor) as u32).map(kernels)
+}
+
+/// FNV-1a (64-bit) of a PTX text, in hex: how a precompiled cubin names the PTX it was made from.
+///
+/// ```
+/// assert_eq!(purlin::ptx::fingerprint(""), "cbf29ce484222325");
+/// ```
+pub fn fingerprint(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// A cubin that `ptxas` made from exactly this PTX, if the directory named by
+/// `PURLIN_CUBIN_DIR` holds one: `<stem>.cubin` beside `<stem>.fingerprint` (the PTX's
+/// [`fingerprint`]). Loading it skips the driver's JIT compilation of the PTX (tens of seconds
+/// for the collectives on a machine whose JIT cache is cold). A cubin whose fingerprint does
+/// not match this PTX is ignored, with a warning.
+///
+/// ```
+/// // Without PURLIN_CUBIN_DIR there is nothing precompiled.
+/// # unsafe { std::env::remove_var("PURLIN_CUBIN_DIR") };
+/// assert!(purlin::ptx::precompiled(purlin::ptx::kernels(purlin::ptx::Arch::Sm90)).is_none());
+/// ```
+pub fn precompiled(ptx: &EmbeddedPtx) -> Option<Vec<u8>> {
+    let dir = std::path::PathBuf::from(std::env::var_os("PURLIN_CUBIN_DIR")?);
+    let cubin = std::fs::read(dir.join(format!("{}.cubin", ptx.stem))).ok()?;
+    let made_from = std::fs::read_to_string(dir.join(format!("{}.fingerprint", ptx.stem))).ok();
+    let want = fingerprint(ptx.text());
+    if made_from.as_deref().map(str::trim) == Some(want.as_str()) {
+        Some(cubin)
+    } else {
+        tracing::warn!(stem = ptx.stem, dir = %dir.display(), "ignoring a cubin made from other PTX");
+        None
+    }
 }

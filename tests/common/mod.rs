@@ -1,6 +1,8 @@
 //! Shared test support: fresh random inputs, poisoning, and references that do not use the code
 //! under test (f64 accumulation; f32 rank-order accumulation with independent conversions).
 
+pub mod sequence;
+
 use half::{bf16, f16};
 use purlin::{DataType, ReduceOpKind};
 use rand::rngs::SmallRng;

@@ -22,7 +22,7 @@ use std::time::Duration;
 const WORLDS: [u32; 3] = [2, 4, 8];
 
 /// Runs `body(ctx, stream)` on every rank of a virtual node of `world` ranks on `gpu`.
-fn virtual_node<R: Send>(
+pub(crate) fn virtual_node<R: Send>(
     gpu: &Arc<Gpu>,
     world: u32,
     req: WorkspaceRequirements,

@@ -5,3 +5,4 @@
 mod atoms;
 mod collectives;
 mod host;
+mod queued;

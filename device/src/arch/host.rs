@@ -1,43 +1,169 @@
 //! Host implementation of the `arch` surface on `core` atomics.
 //!
-//! A block is one CPU thread: `thread_index` is 0, `block_threads` is 1 and the block barrier
-//! does nothing. Scoped loads and stores map to the C++ memory model orders they name
-//! (`relaxed`, `acquire`, `release`); every scope is the whole process. Asynchronous copies
-//! complete before they return. The latency-packet pair keeps the packet guarantee (a reader
-//! that sees the flag word sees the payload word written with it) by writing the payload
-//! before the flag with release and reading the flag with acquire before the payload.
+//! A block is one CPU thread unless the CPU emulation runs it as several: inside
+//! [`as_block_thread`] a CPU thread is thread `thread` of a block of `threads` (one OS thread
+//! each), `sync_block` is a barrier shared by the block's threads, and `block_index`,
+//! `grid_blocks` and `dynamic_shared` answer for that block. Outside it, `thread_index` is 0,
+//! `block_threads` is 1 and the barrier does nothing. Scoped loads and stores map to the C++
+//! memory model orders they name (`relaxed`, `acquire`, `release`); every scope is the whole
+//! process. Asynchronous copies complete before they return. The latency-packet pair keeps the
+//! packet guarantee (a reader that sees the flag word sees the payload word written with it) by
+//! writing the payload before the flag with release and reading the flag with acquire before
+//! the payload.
 
+use core::cell::RefCell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+// ---------------------------------------------------------------- emulated blocks
+
+/// How long an emulated block barrier waits for the block's other threads before it panics: a
+/// thread that never reaches the barrier is a bug in the code under test, and the test must
+/// end rather than hang.
+const BARRIER_BOUND: Duration = Duration::from_secs(120);
+
+/// The barrier of one emulated block: `threads` CPU threads meet at every `sync_block`.
+///
+/// ```
+/// use purlin_device::arch::{self, BlockBarrier, BlockThread};
+/// let barrier = BlockBarrier::new(2);
+/// std::thread::scope(|s| {
+///     for thread in 0..2 {
+///         let barrier = barrier.clone();
+///         s.spawn(move || {
+///             let me = BlockThread { thread, threads: 2, block: 0, blocks: 1, barrier, smem: core::ptr::null_mut() };
+///             arch::as_block_thread(me, || {
+///                 assert_eq!(arch::thread_index(), thread);
+///                 arch::sync_block();
+///             });
+///         });
+///     }
+/// });
+/// ```
+#[derive(Clone, Debug)]
+pub struct BlockBarrier(Arc<Meeting>);
+
+/// The shared part of a [`BlockBarrier`].
+#[derive(Debug)]
+struct Meeting {
+    /// Threads arrived in this generation, and the generation.
+    state: Mutex<(u32, u64)>,
+    all_arrived: Condvar,
+    threads: u32,
+}
+
+impl BlockBarrier {
+    /// A barrier for `threads` threads.
+    pub fn new(threads: u32) -> Self {
+        Self(Arc::new(Meeting {
+            state: Mutex::new((0, 0)),
+            all_arrived: Condvar::new(),
+            threads: threads.max(1),
+        }))
+    }
+
+    /// Waits until every thread of the block arrived (bounded: panics after two minutes).
+    fn wait(&self) {
+        let m = &*self.0;
+        let mut state = m.state.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = state.1;
+        state.0 += 1;
+        if state.0 == m.threads {
+            state.0 = 0;
+            state.1 += 1;
+            m.all_arrived.notify_all();
+            return;
+        }
+        let (state, timeout) = m
+            .all_arrived
+            .wait_timeout_while(state, BARRIER_BOUND, |s| s.1 == generation)
+            .unwrap_or_else(|e| e.into_inner());
+        drop(state);
+        assert!(
+            !timeout.timed_out(),
+            "an emulated block's barrier waited {BARRIER_BOUND:?} for its other threads"
+        );
+    }
+}
+
+/// Who the calling CPU thread is inside an emulated block (see [`as_block_thread`]).
+#[derive(Clone, Debug)]
+pub struct BlockThread {
+    /// This thread's index in the block (`%tid.x`).
+    pub thread: u32,
+    /// Threads in the block (`%ntid.x`).
+    pub threads: u32,
+    /// The block's index in the launch (`%ctaid.x`).
+    pub block: u32,
+    /// Blocks in the launch (`%nctaid.x`).
+    pub blocks: u32,
+    /// The barrier the block's threads share.
+    pub barrier: BlockBarrier,
+    /// The block's shared memory (what `dynamic_shared` returns).
+    pub smem: *mut u8,
+}
+
+std::thread_local! {
+    static BLOCK: RefCell<Option<BlockThread>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` as thread `me.thread` of an emulated block: the index, barrier and shared-memory
+/// functions of this module answer for that block until `f` returns.
+pub fn as_block_thread<R>(me: BlockThread, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<BlockThread>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            BLOCK.with(|b| *b.borrow_mut() = previous);
+        }
+    }
+    let previous = BLOCK.with(|b| b.borrow_mut().replace(me));
+    let _reset = Reset(previous);
+    f()
+}
+
+fn with_block<R>(f: impl FnOnce(&BlockThread) -> R, alone: R) -> R {
+    BLOCK.with(|b| match &*b.borrow() {
+        Some(me) => f(me),
+        None => alone,
+    })
+}
 
 // ---------------------------------------------------------------- indices and barriers
 
-/// Host: a block is one thread, so this is 0.
+/// Host: this thread's index in its emulated block (0 outside one).
 #[inline(always)]
 pub fn thread_index() -> u32 {
-    0
+    with_block(|b| b.thread, 0)
 }
 
-/// Host: a block is one thread.
+/// Host: threads of the emulated block (1 outside one).
 #[inline(always)]
 pub fn block_threads() -> u32 {
-    1
+    with_block(|b| b.threads, 1)
 }
 
-/// Host: the block index is passed explicitly (`SnacArgs::block`); this is 0.
+/// Host: the emulated block's index (0 outside one; `SnacArgs::block` says it too).
 #[inline(always)]
 pub fn block_index() -> u32 {
-    0
+    with_block(|b| b.block, 0)
 }
 
-/// Host: blocks are passed explicitly; this is 1.
+/// Host: blocks of the emulated launch (1 outside one).
 #[inline(always)]
 pub fn grid_blocks() -> u32 {
-    1
+    with_block(|b| b.blocks, 1)
 }
 
-/// Host: a block is one thread, so the barrier does nothing.
+/// Host `bar.sync 0`: the emulated block's threads meet (nothing to do for one thread).
 #[inline(always)]
-pub fn sync_block() {}
+pub fn sync_block() {
+    let barrier = with_block(|b| (b.threads > 1).then(|| b.barrier.clone()), None);
+    if let Some(barrier) = barrier {
+        barrier.wait();
+    }
+}
 
 /// Host: aborts the process (the device `trap`).
 #[inline(always)]
@@ -315,10 +441,10 @@ pub fn global_timer_ns() -> u64 {
 
 // ---------------------------------------------------------------- dynamic shared memory
 
-/// Host: there is no block-wide shared memory; callers pass their own scratch buffer.
+/// Host: the emulated block's shared memory (null outside one: callers pass their own).
 #[inline(always)]
 pub fn dynamic_shared() -> *mut u8 {
-    core::ptr::null_mut()
+    with_block(|b| b.smem, core::ptr::null_mut())
 }
 
 // ---------------------------------------------------------------- cp.async

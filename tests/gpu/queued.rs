@@ -1,0 +1,655 @@
+//! Queued calls on the virtual node, as a training loop makes them: every rank enqueues a random
+//! sequence of collectives (every kind, sizes from 0 to tens of MiB, the table's plans or random
+//! ones, block counts changing from call to call) on its own stream and synchronises once at
+//! the end; then every output of every call is checked against the host reference (the same
+//! generator and checker as the CPU suite's `cpu_sequences`, guard bytes included).
+//!
+//! Also: a mixed sequence captured into one CUDA graph per rank and replayed 20 times with fresh
+//! inputs, and 10 000 small mixed calls back to back on eight ranks.
+
+use crate::collectives::virtual_node;
+use cudarc::driver::{CudaSlice, CudaStream, sys};
+use purlin::collective::{self, CollectiveKind, Counts, Options};
+use purlin::memory::Span;
+use purlin::workspace::WorkspaceRequirements;
+use purlin::{Context, Gpu};
+use purlin_tests::sequence::{Bands, GUARD, Knobs, Step};
+use purlin_tests::{POISON, fresh_rng, gpu_or_skip};
+use rand::RngExt;
+use rand::rngs::SmallRng;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One rank's buffers of one call.
+struct CallBuffers {
+    src: CudaSlice<u8>,
+    dst: CudaSlice<u8>,
+    counts: CudaSlice<u64>,
+    dst_len: usize,
+}
+
+fn upload(stream: &Arc<CudaStream>, bytes: &[u8]) -> CudaSlice<u8> {
+    let mut v = bytes.to_vec();
+    v.resize(bytes.len().max(16), 0);
+    stream.clone_htod(&v).unwrap()
+}
+
+fn buffers(
+    stream: &Arc<CudaStream>,
+    step: &Step,
+    world: u32,
+    rank: u32,
+    input: &[u8],
+) -> CallBuffers {
+    let dst_len = step.lens(world, rank).1;
+    let mut counts = step.device_counts(world, rank);
+    counts.resize(counts.len().max(1), 0);
+    CallBuffers {
+        src: upload(stream, input),
+        dst: upload(stream, &vec![POISON; dst_len + GUARD]),
+        counts: stream.clone_htod(&counts).unwrap(),
+        dst_len,
+    }
+}
+
+/// Launches one step on this rank with the public raw API (the table's plan unless the step
+/// carries its own).
+fn launch(
+    ctx: &Context,
+    stream: &Arc<CudaStream>,
+    step: &Step,
+    b: &CallBuffers,
+) -> purlin::Result<()> {
+    let src = Span::from_device(&b.src, stream);
+    // The output span is what the call writes; the guard bytes after it stay outside.
+    let dst = Span::new(
+        Span::from_device(&b.dst, stream).addr,
+        b.dst_len.max(1) as u64,
+    );
+    let options = Options {
+        mode: step.mode,
+        algorithm: step.algorithm,
+        choice: step.plan.map(|plan| purlin_tuning::Choice {
+            blocks: step.blocks,
+            plan,
+        }),
+    };
+    let (dtype, op, count) = (step.dtype, step.op, step.count);
+    let counts = Counts {
+        addr: Span::from_device(&b.counts, stream).addr,
+        max_count: step.max_count(),
+    };
+    // SAFETY: every buffer holds what the step moves (its sizes come from the same step), and
+    // all of them outlive the synchronisation at the end of the sequence.
+    unsafe {
+        match step.kind {
+            CollectiveKind::AllReduce => {
+                collective::all_reduce_raw(ctx, dtype, op, dst, src, count, &options)
+            }
+            CollectiveKind::AllGather => {
+                collective::all_gather_raw(ctx, dtype, dst, src, count, &options)
+            }
+            CollectiveKind::ReduceScatter => {
+                collective::reduce_scatter_raw(ctx, dtype, op, dst, src, count, &options)
+            }
+            CollectiveKind::AllToAll => {
+                collective::all_to_all_raw(ctx, dtype, dst, src, count, &options)
+            }
+            CollectiveKind::AllGatherV => {
+                collective::all_gather_v_raw(ctx, dtype, dst, src, counts, &options)
+            }
+            CollectiveKind::ReduceScatterV => {
+                collective::reduce_scatter_v_raw(ctx, dtype, op, dst, src, counts, &options)
+            }
+            CollectiveKind::AllToAllV => {
+                collective::all_to_all_v_raw(ctx, dtype, dst, src, counts, &options)
+            }
+        }
+    }
+}
+
+/// How a sequence's buffers are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Uploads {
+    /// Every call's buffers are allocated and filled before the first call (one synchronise),
+    /// so only collectives are queued.
+    Before,
+    /// Each call's buffers are allocated and filled (pageable host copies) right before its
+    /// launch, interleaved with the collectives on the stream, as a simple training loop does.
+    Interleaved,
+    /// As `Interleaved`, but copied from page-locked host memory (filled before the first
+    /// call), so no copy goes through the driver's staging buffers.
+    InterleavedPinned,
+}
+
+/// A host slab of page-locked memory holding every call's input, poison and counts of one rank.
+struct PinnedInputs {
+    slab: cudarc::driver::PinnedHostSlice<u8>,
+    /// Per call: (input offset, input bytes, counts offset, counts bytes).
+    at: Vec<(usize, usize, usize, usize)>,
+    /// Offset of `max_poison` poison bytes.
+    poison_at: usize,
+}
+
+impl PinnedInputs {
+    fn new(
+        stream: &Arc<CudaStream>,
+        steps: &[Step],
+        inputs: &[Vec<Vec<u8>>],
+        world: u32,
+        r: u32,
+    ) -> Self {
+        let mut host = Vec::new();
+        let mut at = Vec::new();
+        let mut max_dst = 0;
+        for (step, input) in steps.iter().zip(inputs) {
+            let src = &input[r as usize];
+            let (i, n) = (host.len(), src.len());
+            host.extend_from_slice(src);
+            host.resize(host.len().next_multiple_of(16) + 16, 0);
+            let counts: Vec<u8> = step
+                .device_counts(world, r)
+                .iter()
+                .flat_map(|c| c.to_le_bytes())
+                .collect();
+            let (c, cn) = (host.len(), counts.len());
+            host.extend_from_slice(&counts);
+            host.resize(host.len().next_multiple_of(16) + 16, 0);
+            at.push((i, n, c, cn));
+            max_dst = max_dst.max(step.lens(world, r).1 + GUARD);
+        }
+        let poison_at = host.len();
+        host.resize(host.len() + max_dst, POISON);
+        // SAFETY: filled right below, before any copy reads it.
+        let mut slab = unsafe {
+            stream
+                .context()
+                .alloc_pinned_with_flags::<u8>(host.len(), 0)
+        }
+        .unwrap();
+        slab.as_mut_slice().unwrap().copy_from_slice(&host);
+        Self {
+            slab,
+            at,
+            poison_at,
+        }
+    }
+
+    /// Call `i`'s buffers, allocated on the stream and filled from the slab.
+    fn buffers(
+        &self,
+        stream: &Arc<CudaStream>,
+        step: &Step,
+        world: u32,
+        r: u32,
+        i: usize,
+    ) -> CallBuffers {
+        let (src_at, src_len, counts_at, counts_len) = self.at[i];
+        let dst_len = step.lens(world, r).1;
+        // SAFETY: page-locked, filled before the sequence and never written again; it outlives
+        // the synchronise at the end of the sequence.
+        let host =
+            unsafe { std::slice::from_raw_parts(self.slab.as_ptr().unwrap(), self.slab.len()) };
+        // SAFETY: each buffer is filled by the copy queued right after its allocation.
+        let (mut src, mut dst, mut counts) = unsafe {
+            (
+                stream.alloc::<u8>(src_len.max(16)).unwrap(),
+                stream.alloc::<u8>(dst_len + GUARD).unwrap(),
+                stream.alloc::<u64>((counts_len / 8).max(1)).unwrap(),
+            )
+        };
+        let copy = |dst: u64, bytes: &[u8]| {
+            if !bytes.is_empty() {
+                // SAFETY: `dst` holds at least `bytes.len()` bytes; `bytes` is page-locked.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(dst, bytes, stream.cu_stream())
+                }
+                .unwrap();
+            }
+        };
+        copy(
+            Span::from_device(&src, stream).addr,
+            &host[src_at..src_at + src_len.max(16)],
+        );
+        copy(
+            Span::from_device(&dst, stream).addr,
+            &host[self.poison_at..self.poison_at + dst_len + GUARD],
+        );
+        copy(
+            Span::from_device(&counts, stream).addr,
+            &host[counts_at..counts_at + counts_len],
+        );
+        let _ = (&mut src, &mut dst, &mut counts);
+        CallBuffers {
+            src,
+            dst,
+            counts,
+            dst_len,
+        }
+    }
+}
+
+/// Runs one sequence on `world` ranks; returns the errors (empty when every output matched).
+fn sequence(
+    gpu: &Arc<Gpu>,
+    world: u32,
+    req: WorkspaceRequirements,
+    steps: &[Step],
+    inputs: &[Vec<Vec<u8>>],
+    uploads: Uploads,
+) -> Vec<String> {
+    virtual_node(gpu, world, req, |ctx, stream| {
+        ctx.set_timeout(Duration::from_secs(5));
+        let r = ctx.rank();
+        let mut bufs = Vec::with_capacity(steps.len());
+        let pinned = (uploads == Uploads::InterleavedPinned)
+            .then(|| PinnedInputs::new(stream, steps, inputs, world, r));
+        if uploads == Uploads::Before {
+            for (step, input) in steps.iter().zip(inputs) {
+                bufs.push(buffers(stream, step, world, r, &input[r as usize]));
+            }
+        }
+        stream.synchronize().unwrap();
+        // The longest a rank's host thread spent making one call's buffers: a driver call that
+        // blocks the host while peers wait for this rank's next launch shows up here.
+        let mut blocked = (Duration::ZERO, 0);
+        for (i, step) in steps.iter().enumerate() {
+            let start = Instant::now();
+            match &pinned {
+                Some(p) => bufs.push(p.buffers(stream, step, world, r, i)),
+                None if uploads == Uploads::Interleaved => {
+                    bufs.push(buffers(stream, step, world, r, &inputs[i][r as usize]))
+                }
+                None => {}
+            }
+            if start.elapsed() > blocked.0 {
+                blocked = (start.elapsed(), i);
+            }
+            if let Err(e) = launch(ctx, stream, step, &bufs[i]) {
+                return vec![format!(
+                    "rank {r}: call {i} ({}) refused: {e}",
+                    step.describe()
+                )];
+            }
+        }
+        let host_note = format!(
+            "longest buffer set-up on the host: {:?} before call {}",
+            blocked.0, blocked.1
+        );
+        if let Err(e) = ctx.synchronize() {
+            return vec![format!("rank {r}: {e}; {host_note}")];
+        }
+        if blocked.0 > Duration::from_millis(500) {
+            println!("rank {r}: {host_note}");
+        }
+        let mut errors = Vec::new();
+        for (i, (step, b)) in steps.iter().zip(&bufs).enumerate() {
+            let got = stream.clone_dtoh(&b.dst).unwrap();
+            if let Err(e) = step.check(&inputs[i], r, &got) {
+                errors.push(format!("rank {r}: call {i} ({}): {e}", step.describe()));
+            }
+        }
+        errors
+    })
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Steps and, per step, every rank's input.
+type Sequence = (Vec<Step>, Vec<Vec<Vec<u8>>>);
+
+fn random_sequence(
+    rng: &mut SmallRng,
+    world: u32,
+    calls: usize,
+    bands: &Bands,
+    knobs: &Knobs,
+) -> Sequence {
+    let steps: Vec<Step> = (0..calls)
+        .map(|_| Step::random(rng, world, bands, knobs))
+        .collect();
+    let inputs = steps.iter().map(|s| s.inputs(rng, world)).collect();
+    (steps, inputs)
+}
+
+/// The two workspaces the sequences run on: the default one (every size resident in staging)
+/// and the small one (1 MiB halves: cyclic staging from 1 MiB), with the sizes drawn around them.
+fn configs(world: u32) -> [(WorkspaceRequirements, Bands); 2] {
+    let small = WorkspaceRequirements::small();
+    let large = WorkspaceRequirements::default();
+    [
+        (
+            large,
+            Bands {
+                half: large.staging_half_bytes,
+                window: large.latency_window_bytes,
+                max_part: (24 << 20) / world as u64,
+            },
+        ),
+        (
+            small,
+            Bands {
+                half: small.staging_half_bytes,
+                window: small.latency_window_bytes,
+                max_part: (7 << 19) / world as u64 * 2,
+            },
+        ),
+    ]
+}
+
+fn queued(name: &str, uploads: Uploads, worlds: &[u32], configs_used: usize, plans: &[bool]) {
+    let Some(gpu) = gpu_or_skip(name, None) else {
+        return;
+    };
+    let mut rng = fresh_rng(name);
+    let start = Instant::now();
+    let (mut calls, mut outputs) = (0, 0);
+    let mut failures = Vec::new();
+    for &world in worlds {
+        for (req, bands) in configs(world).into_iter().take(configs_used) {
+            for &random_plan in plans {
+                let knobs = Knobs {
+                    threads: &[1],
+                    max_blocks: 32,
+                    random_plan,
+                };
+                let n = rng.random_range(30..=50);
+                let (steps, inputs) = random_sequence(&mut rng, world, n, &bands, &knobs);
+                let errors = sequence(&gpu, world, req, &steps, &inputs, uploads);
+                calls += n;
+                outputs += n * world as usize;
+                println!(
+                    "{name}: world {world} half {} random plans {random_plan}: {n} calls, {}",
+                    bands.half,
+                    if errors.is_empty() {
+                        "all outputs match".to_string()
+                    } else {
+                        format!(
+                            "{} errors: {}",
+                            errors.len(),
+                            errors[..errors.len().min(3)].join(" | ")
+                        )
+                    }
+                );
+                if !errors.is_empty() {
+                    failures.push(format!(
+                        "world {world} half {} random plans {random_plan}: {} errors, first: {}",
+                        bands.half,
+                        errors.len(),
+                        errors[..errors.len().min(4)].join(" | ")
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "{name}: {calls} queued calls, {outputs} outputs checked in {:?}",
+        start.elapsed()
+    );
+    assert!(failures.is_empty(), "{name}: {failures:#?}");
+}
+
+#[test]
+fn queued_mixed_sequences_match_their_references() {
+    queued(
+        "gpu queued sequences (buffers made first)",
+        Uploads::Before,
+        &[2, 4, 8],
+        2,
+        &[false, true],
+    );
+}
+
+#[test]
+fn queued_mixed_sequences_with_interleaved_uploads_match_their_references() {
+    queued(
+        "gpu queued sequences (pageable uploads interleaved)",
+        Uploads::Interleaved,
+        &[2, 8],
+        1,
+        &[false],
+    );
+}
+
+#[test]
+fn queued_mixed_sequences_with_interleaved_pinned_uploads_match_their_references() {
+    queued(
+        "gpu queued sequences (pinned uploads interleaved)",
+        Uploads::InterleavedPinned,
+        &[2, 8],
+        1,
+        &[false],
+    );
+}
+
+/// A mixed sequence of fixed-size and V calls captured into one graph per rank and replayed 20
+/// times, with fresh inputs (and fresh V counts within the same bounds) before each replay.
+#[test]
+fn a_captured_mixed_sequence_replays_20_times_with_fresh_inputs() {
+    let Some(gpu) = gpu_or_skip("queued graph replay", None) else {
+        return;
+    };
+    let mut rng = fresh_rng("gpu queued graph replay");
+    let world = 4u32;
+    let (req, bands) = configs(world)[1];
+    let knobs = Knobs {
+        threads: &[1],
+        max_blocks: 16,
+        random_plan: true,
+    };
+    let (steps, _) = random_sequence(&mut rng, world, 24, &bands, &knobs);
+    // Each replay: the same kinds and fixed sizes; V counts redrawn no larger than the
+    // captured ones' buffers allow (each count at most the captured one).
+    let replays: Vec<Sequence> = (0..20)
+        .map(|_| {
+            let redrawn: Vec<Step> = steps
+                .iter()
+                .map(|s| {
+                    let mut s = s.clone();
+                    for row in &mut s.counts {
+                        for c in row.iter_mut() {
+                            *c = rng.random_range(0..=*c);
+                        }
+                    }
+                    s
+                })
+                .collect();
+            let inputs = redrawn.iter().map(|s| s.inputs(&mut rng, world)).collect();
+            (redrawn, inputs)
+        })
+        .collect();
+    let failures: Vec<String> = virtual_node(&gpu, world, req, |ctx, stream| {
+        ctx.set_timeout(Duration::from_secs(5));
+        let r = ctx.rank();
+        // Buffers sized for the captured (largest) counts.
+        let mut bufs: Vec<CallBuffers> = steps
+            .iter()
+            .map(|s| {
+                let len = s.lens(world, r).0;
+                buffers(stream, s, world, r, &vec![0u8; len])
+            })
+            .collect();
+        stream.synchronize().unwrap();
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .unwrap();
+        let captured: purlin::Result<()> = steps
+            .iter()
+            .zip(&bufs)
+            .try_for_each(|(s, b)| launch(ctx, stream, s, b));
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .unwrap()
+            .expect("a graph was captured");
+        if let Err(e) = captured {
+            return vec![format!("rank {r}: capture failed: {e}")];
+        }
+        let mut errors = Vec::new();
+        for (it, (redrawn, inputs)) in replays.iter().enumerate() {
+            for ((s, b), input) in redrawn.iter().zip(bufs.iter_mut()).zip(inputs) {
+                let mut src = input[r as usize].clone();
+                src.resize(src.len().max(16), 0);
+                stream
+                    .memcpy_htod(&src, &mut b.src.slice_mut(..src.len()))
+                    .unwrap();
+                let mut counts = s.device_counts(world, r);
+                counts.resize(counts.len().max(1), 0);
+                stream.memcpy_htod(&counts, &mut b.counts).unwrap();
+                let poison = vec![POISON; b.dst.len()];
+                stream.memcpy_htod(&poison, &mut b.dst).unwrap();
+                b.dst_len = s.lens(world, r).1;
+            }
+            graph.launch().unwrap();
+            if let Err(e) = ctx.synchronize() {
+                return vec![format!("rank {r} replay {it}: {e}")];
+            }
+            for (i, (s, b)) in redrawn.iter().zip(&bufs).enumerate() {
+                let got = stream.clone_dtoh(&b.dst).unwrap();
+                // Past this replay's output the captured buffer still holds poison: check the
+                // output and the guard after it.
+                if let Err(e) = s.check(&inputs[i], r, &got) {
+                    errors.push(format!(
+                        "rank {r} replay {it} call {i} ({}): {e}",
+                        s.describe()
+                    ));
+                }
+            }
+        }
+        errors
+    })
+    .into_iter()
+    .flatten()
+    .collect();
+    println!("queued graph replays: 20 replays x 24 calls x {world} ranks checked");
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// 10 000 small mixed calls on eight ranks, back to back, one synchronise; every output
+/// checked. Buffers are carved out of one slab per rank so that only collectives are queued.
+#[test]
+fn ten_thousand_small_mixed_calls_back_to_back() {
+    let Some(gpu) = gpu_or_skip("ten thousand small calls", None) else {
+        return;
+    };
+    let mut rng = fresh_rng("gpu ten thousand small calls");
+    let world = 8u32;
+    let calls = 10_000usize;
+    let bands = Bands {
+        half: 1 << 20,
+        window: 64 << 10,
+        max_part: 2048,
+    };
+    let knobs = Knobs {
+        threads: &[1],
+        max_blocks: 8,
+        random_plan: false,
+    };
+    let (steps, inputs) = random_sequence(&mut rng, world, calls, &bands, &knobs);
+    let align = |n: usize| (n + GUARD).div_ceil(256) * 256;
+    let start = Instant::now();
+    let failures: Vec<String> = virtual_node(
+        &gpu,
+        world,
+        WorkspaceRequirements::small(),
+        |ctx, stream| {
+            ctx.set_timeout(Duration::from_secs(5));
+            let r = ctx.rank();
+            // Offsets of every call's input, output and counts in this rank's slabs.
+            let (mut src_at, mut dst_at, mut counts_at) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut src_host, mut counts_host) = (Vec::new(), Vec::<u64>::new());
+            let mut dst_total = 0usize;
+            for (i, s) in steps.iter().enumerate() {
+                let (sl, dl) = s.lens(world, r);
+                src_at.push(src_host.len());
+                src_host.extend_from_slice(&inputs[i][r as usize]);
+                src_host.resize(src_host.len() + align(sl) - sl, 0);
+                dst_at.push(dst_total);
+                dst_total += align(dl);
+                counts_at.push(counts_host.len());
+                counts_host.extend(s.device_counts(world, r));
+            }
+            counts_host.push(0);
+            let src = stream.clone_htod(&src_host).unwrap();
+            let dst = stream.clone_htod(&vec![POISON; dst_total]).unwrap();
+            let counts = stream.clone_htod(&counts_host).unwrap();
+            stream.synchronize().unwrap();
+            let (s_base, d_base, c_base) = (
+                Span::from_device(&src, stream).addr,
+                Span::from_device(&dst, stream).addr,
+                Span::from_device(&counts, stream).addr,
+            );
+            for (i, s) in steps.iter().enumerate() {
+                let (sl, dl) = s.lens(world, r);
+                let options = Options {
+                    mode: s.mode,
+                    algorithm: s.algorithm,
+                    choice: None,
+                };
+                let (sp, dp) = (
+                    Span::new(s_base + src_at[i] as u64, sl.max(1) as u64),
+                    Span::new(d_base + dst_at[i] as u64, dl.max(1) as u64),
+                );
+                let c = Counts {
+                    addr: c_base + counts_at[i] as u64 * 8,
+                    max_count: s.max_count(),
+                };
+                let (dt, op, n) = (s.dtype, s.op, s.count);
+                // SAFETY: the spans lie inside this rank's slabs, which outlive the synchronise.
+                let launched = unsafe {
+                    match s.kind {
+                        CollectiveKind::AllReduce => {
+                            collective::all_reduce_raw(ctx, dt, op, dp, sp, n, &options)
+                        }
+                        CollectiveKind::AllGather => {
+                            collective::all_gather_raw(ctx, dt, dp, sp, n, &options)
+                        }
+                        CollectiveKind::ReduceScatter => {
+                            collective::reduce_scatter_raw(ctx, dt, op, dp, sp, n, &options)
+                        }
+                        CollectiveKind::AllToAll => {
+                            collective::all_to_all_raw(ctx, dt, dp, sp, n, &options)
+                        }
+                        CollectiveKind::AllGatherV => {
+                            collective::all_gather_v_raw(ctx, dt, dp, sp, c, &options)
+                        }
+                        CollectiveKind::ReduceScatterV => {
+                            collective::reduce_scatter_v_raw(ctx, dt, op, dp, sp, c, &options)
+                        }
+                        CollectiveKind::AllToAllV => {
+                            collective::all_to_all_v_raw(ctx, dt, dp, sp, c, &options)
+                        }
+                    }
+                };
+                if let Err(e) = launched {
+                    return vec![format!("rank {r}: call {i} refused: {e}")];
+                }
+            }
+            if let Err(e) = ctx.synchronize() {
+                return vec![format!("rank {r}: {e}")];
+            }
+            let got = stream.clone_dtoh(&dst).unwrap();
+            let mut errors = Vec::new();
+            for (i, s) in steps.iter().enumerate() {
+                let dl = s.lens(world, r).1;
+                if let Err(e) = s.check(&inputs[i], r, &got[dst_at[i]..dst_at[i] + dl + GUARD]) {
+                    errors.push(format!("rank {r}: call {i} ({}): {e}", s.describe()));
+                }
+            }
+            errors
+        },
+    )
+    .into_iter()
+    .flatten()
+    .collect();
+    println!(
+        "{calls} small mixed calls x {world} ranks back to back checked in {:?}",
+        start.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} errors, first: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(8)]
+    );
+}
