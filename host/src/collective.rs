@@ -8,6 +8,23 @@
 //! The launch shape and plan come from the codesign table of `purlin-tuning` (the compiled-in
 //! one, or the file named by `PURLIN_TUNING`), unless [`Options`] fixes them.
 //!
+//! # Host calls that wait for the GPU
+//!
+//! Collectives may be queued back to back on every rank's stream, sizes, kinds and options
+//! changing from call to call, with one synchronise at the end (`tests/gpu/queued.rs` checks
+//! random mixed sequences so on the virtual node). What a rank's *host thread* does between
+//! its launches matters when ranks share a process ([`InProcess`](crate::bootstrap::InProcess)):
+//! a collective kernel waits for its peers' kernels of the same call, so a host call that
+//! blocks until the GPU has made progress, made before this rank launched its part of a
+//! queued call, can end up waiting for itself. Measured on an H200 with ranks as threads on one
+//! GPU: pageable host-to-device copies (cudarc's `clone_htod` or `memcpy_htod` of a `Vec` or
+//! slice) interleaved with queued collectives blocked every rank's host thread until the
+//! peers' kernels gave up ([`Error::Timeout`] after the context's timeout), while the same
+//! sequences with the copies from page-locked memory (`CudaContext::alloc_pinned`), or with the
+//! inputs uploaded before the first call, ran through. Anything that waits for the device does
+//! the same: a synchronous `cuMemFree`, stream or device synchronisation, loading a module.
+//! Make such calls before or after a queued sequence, or use page-locked memory.
+//!
 //! ```no_run
 //! use purlin::bootstrap::{Bootstrap, InProcess};
 //! use purlin::memory::DeviceAllocator;

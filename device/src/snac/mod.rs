@@ -23,6 +23,47 @@
 //!
 //! [`Context::timeout_ns`]: crate::context::Context::timeout_ns
 //!
+//! # Consecutive calls
+//!
+//! Calls on one communicator follow each other on every rank's stream with nothing between
+//! them: a fast rank may be in call `c + 1` while a slow one is still in call `c`, and kinds,
+//! sizes, regimes, block counts and plans change from call to call. One rule makes that safe:
+//!
+//! **Every block of every rank starts call `c` at the same epoch `e_c`, every flag the call
+//! posts lies in `e_c + 1 ..= e_{c+1}`, and no rank can finish call `c + 1` before every peer
+//! has started it.**
+//!
+//! Why each part holds, for any pair of consecutive calls:
+//! - *Same epoch.* A call ends with every block advancing its epoch slot by the same agreed
+//!   amount: `rounds | 1` in the throughput regime, where `rounds` comes from sizes every rank
+//!   knows (the streams' agreed length) or is exchanged in-kernel (the V collectives'
+//!   extent packets), and 1 in the latency regime. Block 0 also advances the slots
+//!   `blocks..coll_blocks` that no block of the call owns, so a later call with more blocks
+//!   reads the same epoch in every slot. Calls that move nothing (0 bytes, all V counts 0,
+//!   world 1) touch no epoch, signal or staging on any rank, since every rank sees the same
+//!   sizes. The next call's blocks start only when all of this call's blocks finished (stream
+//!   order), so they read the advanced slots.
+//! - *Flags never mistaken.* Signals are monotonic and awaited with `>=`. A waiter of call
+//!   `c + 1` waits for at least `e_{c+1} + 1`, more than any flag of call `c`; a waiter of call
+//!   `c` that sees a flag of call `c + 1` knows the sender finished call `c`, so the flag it
+//!   wanted was posted before (each stream's flags are posted in order). Latency packets carry
+//!   [`packet::flag32`] of the epoch, different for every call whose packets share a half.
+//! - *Memory not reused too early.* Call `c` stages into half `e_c & 1` (throughput staging,
+//!   latency windows and extent packets alike); consecutive epochs differ in parity, so call
+//!   `c + 1` writes the other half, and only call `c + 2` writes this one again. Every call
+//!   makes every rank wait for something each peer posts in that call (a data flag even for an
+//!   empty stream, the packets of every unit from every peer, every rank's extent), and a peer
+//!   posts only once its blocks started the call, that is after all of its blocks finished
+//!   the call before. So a rank that reaches call `c + 2` has seen every peer start `c + 1`,
+//!   hence finish `c`: nothing a slow peer still reads of call `c` is overwritten. Within a
+//!   call, cyclic slots are protected by *consumed* (or *gather*) flags as `staging`
+//!   describes, and last-arrival counters are reset by their last arriver before the flag
+//!   that lets anyone reuse them.
+//!
+//! `tests/cpu_sequences.rs` checks the rule on the CPU emulation with every rank running its
+//! own queue of random calls (`emulation::Communicator::run_queued`), and `tests/gpu/queued.rs`
+//! on the GPU.
+//!
 //! ```
 //! use purlin_device::snac::{Plan, SnacArgs};
 //! let plan = Plan::default();

@@ -99,6 +99,11 @@ pub const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Exchanges are bounded: a rank that never arrives makes the others fail with
 /// [`Error::Bootstrap`] after the group's timeout, and the group refuses every later exchange.
 ///
+/// Ranks in one process share the driver: a rank's host thread that blocks on the GPU
+/// (a pageable host-to-device copy, a synchronous free) between queued collectives can wait
+/// for a peer's collective that waits for this rank. See [host calls that wait for the
+/// GPU](crate::collective#host-calls-that-wait-for-the-gpu).
+///
 /// [`group`]: InProcess::group
 ///
 /// ```
