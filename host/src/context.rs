@@ -222,6 +222,42 @@ impl Context {
         self.stream.as_ref()
     }
 
+    /// Makes later launches, [`synchronize`](Context::synchronize) and teardown use `stream`
+    /// (of the context's GPU) instead of the stream the context was made with. For callers
+    /// that pick the stream per call, as the Python bindings do with the raw `cudaStream_t`
+    /// of each call: wrap it with `CudaContext::wrap_borrowed_stream` first. Nothing is
+    /// synchronised: order the old stream's work before the new stream's yourself. Refused on
+    /// a host-memory (CPU emulation) context.
+    ///
+    /// ```no_run
+    /// # use purlin::{bootstrap::*, memory::DeviceAllocator, workspace::*, Context};
+    /// # let b = InProcess::group(1)?.remove(0);
+    /// let gpu = purlin::Gpu::open(0)?;
+    /// let (first, second) = (gpu.new_stream()?, gpu.new_stream()?);
+    /// let ws = Workspace::new(&b, DeviceAllocator::new(gpu.clone()), WorkspaceRequirements::small())?;
+    /// let mut ctx = Context::new(0, 1, ws, &first)?;
+    /// ctx.set_stream(&second)?;
+    /// assert_eq!(ctx.stream().map(|s| s.cu_stream()), Some(second.cu_stream()));
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn set_stream(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        let Some(gpu) = self.gpu() else {
+            return Err(Error::Unsupported(
+                "streams on a host-memory (CPU emulation) context".into(),
+            ));
+        };
+        let ordinal = stream.context().ordinal();
+        if ordinal != gpu.ordinal() {
+            return Err(Error::WrongDevice {
+                what: "stream",
+                expected: format!("GPU {} (the context's)", gpu.ordinal()),
+                found: format!("GPU {ordinal}"),
+            });
+        }
+        self.stream = Some(stream.clone());
+        Ok(())
+    }
+
     /// The GPU (`None` for the CPU emulation).
     ///
     /// ```
