@@ -58,6 +58,9 @@ def main() -> int:
         return 2
     local_rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     gpus = torch.cuda.device_count()
+    if gpus == 0:
+        print("quickstart: no CUDA device here")
+        return 2
     device = torch.device("cuda", local_rank % gpus)
     shared = int(os.environ.get("LOCAL_WORLD_SIZE", world)) > gpus
     torch.cuda.set_device(device)

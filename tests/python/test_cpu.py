@@ -309,6 +309,9 @@ def test_v_buffers_must_hold_what_the_sizes_say(handle):
         purlin.all_to_all_v(Tensor(15), Tensor(2), splits, handle, 0)
     with pytest.raises(ValueError, match="out_tensor holds 4 bytes but needs 8"):
         purlin.all_to_all_v(Tensor(16), Tensor(1), splits, handle, 0)
+    with pytest.raises(ValueError, match="max_bytes is 8, but splits has an entry of 16 bytes"):
+        purlin.all_to_all_v(Tensor(16), Tensor(2), splits, handle, 0, max_bytes=8)
+    unbound(purlin.all_to_all_v, Tensor(16), Tensor(2), splits, handle, 0, max_bytes=1 << 20)
 
 
 # --- initialize without torch.distributed ---------------------------------------------------
@@ -561,7 +564,7 @@ def test_the_public_wrappers_keep_the_originals_parameter_names():
         "all_gather_v": ["in_tensor", "out_tensor", "bytes_list", "handle", "stream_ptr"],
         "all_reduce": ["in_tensor", "out_tensor", "handle", "stream_ptr", "reduction_mode", "op"],
         "all_to_all": ["in_tensor", "out_tensor", "handle", "stream_ptr"],
-        "all_to_all_v": ["in_tensor", "out_tensor", "splits", "handle", "stream_ptr"],
+        "all_to_all_v": ["in_tensor", "out_tensor", "splits", "handle", "stream_ptr", "max_bytes"],
         "reduce_scatter": ["in_tensor", "out_tensor", "handle", "stream_ptr", "reduction_mode", "op"],
         "reduce_scatter_v": [
             "in_tensor", "out_tensor", "bytes_list", "handle", "stream_ptr", "reduction_mode", "op",

@@ -123,15 +123,16 @@ fn v_span(t: &Tensor, stand_in: u64) -> Span {
     }
 }
 
-/// Stages `counts` on the live state's stream, runs `launch` with them, and marks the slot as
-/// in use by what it queued.
+/// Stages `counts` on the live state's stream, runs `launch` with them (and `max_count`, which
+/// picks the tuning band and must be the same on every rank), and marks the slot as in use by
+/// what it queued.
 fn launch_v(
     live: &mut Live,
     counts: &[u64],
+    max_count: u64,
     launch: impl FnOnce(&Context, Counts) -> purlin::Result<()>,
 ) -> purlin::Result<()> {
     let stream = live.stream();
-    let max_count = counts.iter().copied().max().unwrap_or(0);
     // SAFETY: `stream` is the live stream `use_stream` checked to belong to the arena's GPU.
     let staged = unsafe { live.counts.stage(counts, stream) }.map_err(into_purlin)?;
     let launched = launch(
@@ -374,7 +375,9 @@ pub fn all_gather_v(
     call.run(|live| {
         let stand_in = live.counts_stand_in();
         let (dst, src) = (v_span(&call.dst, stand_in), v_span(&call.src, stand_in));
-        launch_v(live, &sizes, |ctx, counts| {
+        // Every rank passes the same list, so its largest entry agrees across ranks.
+        let max_count = sizes.iter().copied().max().unwrap_or(0);
+        launch_v(live, &sizes, max_count, |ctx, counts| {
             // SAFETY: the spans are live tensor data of the context's device (or a stand-in of
             // zero bytes), at least as long as the counts describe (checked above); the counts
             // are device memory of the arena, staged on this stream before the kernel.
@@ -423,7 +426,8 @@ pub fn reduce_scatter_v(
     call.run(|live| {
         let stand_in = live.counts_stand_in();
         let (dst, src) = (v_span(&call.dst, stand_in), v_span(&call.src, stand_in));
-        launch_v(live, &counts, |ctx, c| {
+        let max_count = counts.iter().copied().max().unwrap_or(0);
+        launch_v(live, &counts, max_count, |ctx, c| {
             // SAFETY: as in `all_gather_v`.
             unsafe { reduce_scatter_v_raw(ctx, dtype, op, dst, src, c, &options(mode)) }
         })
@@ -434,14 +438,19 @@ pub fn reduce_scatter_v(
 /// rank (its `in_tensor` holds those parts back to back in rank order), then what it receives
 /// from each rank (landing back to back in rank order in `out_tensor`). What rank `p` sends to
 /// rank `q` must equal what `q` expects from `p`. Any dtype.
+///
+/// Ranks' splits differ, so the tuning band cannot come from them: `max_bytes` (keyword only,
+/// an extension) is a bound on every split, the same on every rank, that picks it; by default
+/// the largest band is used.
 #[pyfunction]
-#[pyo3(signature = (in_tensor, out_tensor, splits, handle, stream_ptr))]
+#[pyo3(signature = (in_tensor, out_tensor, splits, handle, stream_ptr, *, max_bytes = None))]
 pub fn all_to_all_v(
     in_tensor: &Bound<'_, PyAny>,
     out_tensor: &Bound<'_, PyAny>,
     splits: &Bound<'_, PyAny>,
     handle: &Bound<'_, ContextHandle>,
     stream_ptr: &Bound<'_, PyAny>,
+    max_bytes: Option<u64>,
 ) -> PyResult<()> {
     let call = Call::new(handle, in_tensor, out_tensor, stream_ptr)?;
     let world = call.world() as usize;
@@ -462,10 +471,22 @@ pub fn all_to_all_v(
         sizes[world..].iter().sum(),
         "all_to_all_v receives sum(splits[world:]) bytes",
     )?;
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let max_count = match max_bytes {
+        Some(m) if m < largest => {
+            return Err(value(format!(
+                "max_bytes is {m}, but splits has an entry of {largest} bytes: max_bytes bounds \
+                 every split (on every rank)"
+            ))
+            .into());
+        }
+        Some(m) => m,
+        None => u64::MAX,
+    };
     call.run(|live| {
         let stand_in = live.counts_stand_in();
         let (dst, src) = (v_span(&call.dst, stand_in), v_span(&call.src, stand_in));
-        launch_v(live, &sizes, |ctx, counts| {
+        launch_v(live, &sizes, max_count, |ctx, counts| {
             // SAFETY: as in `all_gather_v`.
             unsafe { all_to_all_v_raw(ctx, BYTES, dst, src, counts, &Options::default()) }
         })

@@ -4,7 +4,7 @@
 //! call is here: tensors are read through their Python attributes (no libtorch), checked, and
 //! handed to [`purlin::collective`]'s raw functions on the caller's stream.
 //!
-//! Errors are values ([`error::BindingError`]) until they reach Python, where they become
+//! Errors are values (`error::BindingError`) until they reach Python, where they become
 //! `ValueError`, `TypeError`, `TimeoutError` or `RuntimeError`; nothing panics across the FFI.
 
 #![warn(missing_docs)]

@@ -55,6 +55,7 @@ __all__ = [
     "ReduceOp",
     "ReductionMode",
     "STAGING_BUFFER_SIZE",
+    "__version__",
     "all_gather",
     "all_gather_v",
     "all_reduce",
@@ -118,6 +119,8 @@ DIFFERENCES = (
     "Added: synchronize(handle, stream_ptr), which reports a kernel that timed out waiting "
     "for a peer as a TimeoutError; finalize reports it too.",
     "V sizes may be any whole number of elements (the original needs multiples of 16 bytes).",
+    "all_to_all_v takes keyword-only max_bytes= (a bound on every split, the same on every "
+    "rank) to pick the tuning band; without it the largest band is used.",
 )
 
 

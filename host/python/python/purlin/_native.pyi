@@ -100,6 +100,8 @@ def all_to_all_v(
     splits: Sequence[int],
     handle: ContextHandle,
     stream_ptr: StreamLike,
+    *,
+    max_bytes: int | None = None,
 ) -> None: ...
 def driver_present() -> bool: ...
 def _rust_all_reduce_host_us(
