@@ -18,7 +18,10 @@ cp tests/python/test_gpu.py tests/python/rank.sh "$dir/tests/"
 cp examples/python/quickstart.py "$dir/examples/python/"
 cp tests/python/gpu-run.sh "$dir/run.sh"
 ptxas=$("$root/scripts/tools.sh" ptxas)
-for f in "$root"/target/ptx/*.sm_90.ptx; do
+# The PTX the wheel embeds, as the host crate's build script left it in <target>/ptx.
+target=$(cargo metadata --no-deps --format-version 1 \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+for f in "$target"/ptx/*.sm_90.ptx; do
   [ -f "$f" ] || continue
   stem=$(basename "$f" .ptx)
   "$ptxas" -arch=sm_90 "$f" -o "$dir/cubin/$stem.cubin"
