@@ -153,7 +153,7 @@ fn on_cpu(world: u32, count: usize) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     for (r, d) in dsts.iter().enumerate() {
-        verify(world, count, d.as_slice::<f32>()).map_err(|e| format!("rank {r}: {e}"))?;
+        verify(world, count, &d.as_slice::<f32>()).map_err(|e| format!("rank {r}: {e}"))?;
     }
     Ok(())
 }

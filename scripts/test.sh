@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs the pinned toolchain and ptxas (the PyPI
 # wheel), then formatting, lints, every test (CPU emulation always; GPU tests run when a GPU is
-# present and print SKIPPED otherwise), doc tests, ptxas validation of every PTX file (register
+# present and print SKIPPED otherwise), doc tests, the Python wheel and its CPU tests, ptxas validation of every PTX file (register
 # and spill report under target/ptxas/), and rustdoc with warnings denied.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +20,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests (CPU emulation; GPU tests skip without a GPU)"
 cargo test --workspace --no-fail-fast
+
+step "python: the wheel (maturin), import and the CPU pytest part"
+"$root/scripts/test-python.sh"
 
 step "ptxas: every PTX file, no spills in Atom kernels"
 "$root/scripts/ptxas-check.sh"

@@ -10,7 +10,7 @@
 use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::{Algorithm, CollectiveKind, Plan};
+use purlin_device::snac::{Algorithm, CollectiveKind, FaultKind, Plan};
 use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
 use rand::RngExt;
 use rand::rngs::SmallRng;
@@ -118,7 +118,7 @@ fn all_reduce_case(comm: &Communicator, rng: &mut SmallRng, launch: Launch) {
             launch.dtype,
             launch.op,
             &srcs,
-            d.bytes(),
+            &d.bytes(),
         );
     }
 }
@@ -232,7 +232,7 @@ fn reduce_scatter_matrix() {
                             dtype,
                             op,
                             &parts,
-                            d.bytes(),
+                            &d.bytes(),
                         );
                     }
                     runs += 1;
@@ -452,7 +452,7 @@ fn reduce_scatter_v_matrix() {
                             dtype,
                             op,
                             &parts,
-                            d.bytes(),
+                            &d.bytes(),
                         );
                     }
                 }
@@ -598,7 +598,7 @@ fn thousand_back_to_back_calls() {
                         dtype,
                         op,
                         &parts,
-                        d.bytes(),
+                        &d.bytes(),
                     );
                 }
             }
@@ -642,7 +642,7 @@ fn thousand_back_to_back_calls() {
                             dtype,
                             op,
                             &parts,
-                            d.bytes(),
+                            &d.bytes(),
                         );
                     }
                     at += n;
@@ -697,16 +697,27 @@ fn a_rank_that_never_joins_is_named() {
                 w - 1,
                 "{kind:?} {bytes}: every present rank faults: {err}"
             );
+            // The first rank to give up names the absent rank; every other present rank stops
+            // at once through its abort record, naming that rank and its cause.
+            let first: Vec<_> = faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::Timeout)
+                .collect();
+            assert!(!first.is_empty(), "{kind:?} {bytes}: {err}");
             for f in faults {
                 assert_eq!(f.collective, kind);
-                assert_eq!(
-                    (f.peer, f.peer_missing),
-                    (absent, true),
-                    "{kind:?} {bytes}: {f}"
-                );
+                let named = match f.kind {
+                    FaultKind::Timeout => (f.peer, f.peer_missing),
+                    FaultKind::PeerFaulted => {
+                        let cause = f.first().expect("the first fault's cause");
+                        (cause.peer, cause.peer_missing)
+                    }
+                    _ => panic!("{kind:?} {bytes}: unexpected {f}"),
+                };
+                assert_eq!(named, (absent, true), "{kind:?} {bytes}: {f}");
                 assert!(
                     f.to_string()
-                        .contains(&format!("rank {absent} never joined")),
+                        .contains(&format!("rank {absent} never launched")),
                     "{f}"
                 );
             }

@@ -657,16 +657,32 @@ fn a_rank_that_never_joins_gives_a_timeout_naming_it() {
             assert!(e.is_none());
             continue;
         }
+        // The first rank to give up names the absent rank; the others stop at once, naming
+        // the first one and its cause.
         match e {
             Some(Err(Error::Timeout {
                 collective,
                 rank,
                 peer,
+                peer_missing,
                 ..
             })) => {
                 assert_eq!(
-                    (*collective, *rank, *peer),
-                    ("all_gather", r as u32, absent)
+                    (*collective, *rank, *peer, *peer_missing),
+                    ("all_gather", r as u32, absent, true)
+                );
+            }
+            Some(Err(Error::PeerFaulted {
+                collective,
+                rank,
+                first,
+                cause,
+            })) => {
+                assert_eq!((*collective, *rank), ("all_gather", r as u32));
+                assert_ne!(*first, absent);
+                assert!(
+                    cause.contains(&format!("rank {absent} never launched")),
+                    "rank {r}: {cause}"
                 );
             }
             other => panic!("rank {r}: {other:?}"),
@@ -742,7 +758,8 @@ fn p2p_bad_input_copies_nothing() {
                     collective: "p2p wait",
                     rank: 0,
                     peer: 1,
-                    epoch: 1
+                    epoch: 1,
+                    ..
                 })
             ));
         }
@@ -781,4 +798,143 @@ impl Aligned {
         // SAFETY: as above.
         unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.1) }
     }
+}
+
+// ---------------------------------------------------------------- sizes, overlap, agreement
+
+fn single_host_context() -> Context {
+    let b = InProcess::group(1).unwrap().remove(0);
+    Context::new_host(
+        0,
+        1,
+        Workspace::new(&b, HostAllocator::new(), SMALL).unwrap(),
+    )
+    .unwrap()
+}
+
+/// `count × element size × parts` that overflows 64 bits is an invalid argument before any
+/// launch (it used to wrap, or panic in a debug build).
+#[test]
+fn sizes_that_overflow_are_invalid_arguments() {
+    use purlin::collective::{Options, all_gather_raw, all_to_all_raw, reduce_scatter_raw};
+    run_in_process(2, |b| {
+        let ws = Workspace::new(&b, HostAllocator::new(), SMALL)?;
+        let ctx = Context::new_host(b.rank(), 2, ws)?;
+        let span = Span::new(0x1000, u64::MAX);
+        // The elements fit 64 bits; two parts of them do not.
+        let count = u64::MAX / 4 + 1;
+        let o = Options::default();
+        // SAFETY (each call): refused before anything runs.
+        unsafe {
+            let r = all_gather_raw(&ctx, purlin::DataType::Bf16, span, span, count, &o);
+            assert!(
+                matches!(r, Err(Error::InvalidArgument { what: "dst", .. })),
+                "{r:?}"
+            );
+            let r = all_to_all_raw(&ctx, purlin::DataType::Bf16, span, span, count, &o);
+            assert!(
+                matches!(r, Err(Error::InvalidArgument { what: "src", .. })),
+                "{r:?}"
+            );
+            let r = reduce_scatter_raw(
+                &ctx,
+                purlin::DataType::Bf16,
+                purlin::ReduceOpKind::Sum,
+                span,
+                span,
+                count,
+                &o,
+            );
+            assert!(
+                matches!(r, Err(Error::InvalidArgument { what: "src", .. })),
+                "{r:?}"
+            );
+        }
+        ctx.finalize()
+    })
+    .unwrap();
+}
+
+/// Input and output that overlap other than the in-place forms allow are refused on the host.
+#[test]
+fn overlapping_buffers_are_refused_where_the_collective_does_not_allow_them() {
+    use purlin::DataType::F32;
+    use purlin::collective::{Options, all_gather_raw, all_reduce_raw, all_to_all_raw};
+    let ctx = single_host_context();
+    let o = Options::default();
+    let buf = Span::new(0x10000, 4096);
+    let shifted = Span::new(0x10000 + 64, 4096);
+    // SAFETY (each call): refused before anything runs, or on the host context after the
+    // checks (Unsupported).
+    unsafe {
+        assert!(matches!(
+            all_to_all_raw(&ctx, F32, buf, buf, 16, &o),
+            Err(Error::InvalidArgument { what: "dst", .. })
+        ));
+        assert!(matches!(
+            all_reduce_raw(&ctx, F32, purlin::ReduceOpKind::Sum, shifted, buf, 64, &o),
+            Err(Error::InvalidArgument { what: "dst", .. })
+        ));
+        // In place (world 1: rank 0's part is at 0) and the same buffer for AllReduce pass the
+        // checks and meet the host context's refusal.
+        assert!(matches!(
+            all_gather_raw(&ctx, F32, buf, buf, 64, &o),
+            Err(Error::Unsupported(_))
+        ));
+        assert!(matches!(
+            all_reduce_raw(&ctx, F32, purlin::ReduceOpKind::Sum, buf, buf, 64, &o),
+            Err(Error::Unsupported(_))
+        ));
+    }
+    ctx.finalize().unwrap();
+}
+
+/// Requirements that differ field by field are refused even when their total bytes agree (the
+/// ranks would address each other's staging differently).
+#[test]
+fn requirements_with_equal_totals_but_different_fields_are_refused() {
+    let world = 2u32;
+    let a = WorkspaceRequirements {
+        staging_half_bytes: 1 << 20,
+        latency_window_bytes: 64 << 10,
+    };
+    // 2 × half + 2 × world × window is the same.
+    let b = WorkspaceRequirements {
+        staging_half_bytes: (1 << 20) - (128 << 10),
+        latency_window_bytes: 128 << 10,
+    };
+    assert_eq!(a.slab_bytes(world).unwrap(), b.slab_bytes(world).unwrap());
+    let alloc = Arc::new(Counting::default());
+    let errors = run_in_process(world, |boot| {
+        let req = if boot.rank() == 0 { a } else { b };
+        Ok(Workspace::with_shared(Arc::new(boot.clone()), alloc.clone(), req).err())
+    })
+    .unwrap();
+    for e in &errors {
+        assert!(
+            matches!(
+                e,
+                Some(Error::InvalidArgument {
+                    what: "staging_half_bytes",
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+    }
+    alloc.assert_nothing_live();
+}
+
+/// A wait bound is always bounded: `Duration::MAX` is clamped.
+#[test]
+fn timeouts_are_clamped_to_a_bound() {
+    let mut ctx = single_host_context();
+    ctx.set_timeout(Duration::MAX);
+    assert_eq!(
+        ctx.device_view().timeout_ns,
+        purlin::context::MAX_TIMEOUT.as_nanos() as u64
+    );
+    ctx.set_timeout(Duration::ZERO);
+    assert_eq!(ctx.device_view().timeout_ns, 1_000_000);
+    ctx.finalize().unwrap();
 }

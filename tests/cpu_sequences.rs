@@ -120,7 +120,7 @@ fn sequence(rng: &mut SmallRng, world: u32, calls: usize, knobs: &Knobs, what: &
     let mut checked = 0;
     for (i, step) in steps.iter().enumerate() {
         for r in 0..world {
-            if let Err(e) = step.check(&inputs[i], r, dst[i][r as usize].bytes()) {
+            if let Err(e) = step.check(&inputs[i], r, &dst[i][r as usize].bytes()) {
                 panic!("{}: rank {r}: {e}", describe(i));
             }
             checked += 1;

@@ -76,16 +76,27 @@ pub const SIGNAL_KINDS: usize = 4;
 /// `flag(kind, sender)` is the last flag `sender` posted to this rank for that kind (see
 /// `snac::SignalKind`): data ready, reduced shard ready (gather), staging slot consumed, and
 /// arrival (posted once per call at entry, so a timed-out wait can name a rank that never
-/// joined). After the flags come the extent packets: two halves (epoch parity) of one
-/// 16-byte packet per sender, used by the variable-length all-to-all to agree on its size.
+/// joined). After the flags come
+/// - the extent packets: two halves (epoch parity) of one 16-byte packet per sender, used by
+///   the variable-length all-to-all to agree on its size;
+/// - the arrival packets: two halves of [`ARRIVAL_PACKETS`] packets per sender, carrying what
+///   the sender's call must agree on with this rank's (the call digest: kind, element, operator,
+///   sizes, blocks, plan, workspace; for AllToAllV the count it sends here);
+/// - the abort records: one per sender, `[cause, time]` (`u64` each), written once by a sender
+///   whose call faulted so that every peer's waits end at once (see `snac::Fault`).
 ///
 /// ```
 /// use purlin_device::context::{SignalLayout, MAX_RANKS};
 /// assert_eq!(SignalLayout::flag(0, 0), 0);
 /// assert_eq!(SignalLayout::flag(1, 2), (MAX_RANKS + 2) * 8);
 /// assert_eq!(SignalLayout::extent(1, 0) % 16, 0);
+/// assert_eq!(SignalLayout::arrival(1, 3, 2) % 16, 0);
+/// assert!(SignalLayout::abort(MAX_RANKS - 1) + 16 <= SignalLayout::BYTES);
 /// ```
 pub struct SignalLayout;
+
+/// Packets of one sender's arrival record (the call digest).
+pub const ARRIVAL_PACKETS: usize = 4;
 
 impl SignalLayout {
     /// Offset of the flag of `kind` (0..[`SIGNAL_KINDS`]) posted by `sender`.
@@ -101,8 +112,25 @@ impl SignalLayout {
         Self::EXTENTS + (half * MAX_RANKS + sender) * 16
     }
 
+    /// Offset of the first arrival packet.
+    pub const ARRIVALS: usize = Self::EXTENTS + 2 * MAX_RANKS * 16;
+
+    /// Offset of packet `packet` (0..[`ARRIVAL_PACKETS`]) of `sender`'s arrival record in half
+    /// `half`.
+    pub const fn arrival(half: usize, sender: usize, packet: usize) -> usize {
+        Self::ARRIVALS + ((half * MAX_RANKS + sender) * ARRIVAL_PACKETS + packet) * 16
+    }
+
+    /// Offset of the first abort record.
+    pub const ABORTS: usize = Self::ARRIVALS + 2 * MAX_RANKS * ARRIVAL_PACKETS * 16;
+
+    /// Offset of `sender`'s abort record: its cause (0: none), then the time it faulted.
+    pub const fn abort(sender: usize) -> usize {
+        Self::ABORTS + sender * 16
+    }
+
     /// Total bytes.
-    pub const BYTES: usize = Self::EXTENTS + 2 * MAX_RANKS * 16;
+    pub const BYTES: usize = Self::ABORTS + MAX_RANKS * 16;
 }
 
 /// Offsets of the local state (in bytes from `Context::state`).

@@ -30,20 +30,30 @@ use crate::op::{ReduceOp, ReduceOpKind, TypedVisitor, dispatch};
 use crate::snac::{CollectiveKind, Fault, Plan, Runtime, SnacArgs, smem_bytes};
 use core::fmt;
 use std::boxed::Box;
+use std::sync::RwLock;
 use std::time::Duration;
 use std::vec::Vec;
 
 /// A heap buffer, zeroed and 16-byte aligned, that emulated blocks on several threads may
-/// read and write through raw pointers. Read it with [`Buffer::bytes`] only while no launch is
-/// running.
+/// read and write through raw pointers, as kernels do device memory.
+///
+/// The host side only ever sees copies: [`bytes`](Self::bytes) and [`as_slice`](Self::as_slice)
+/// return owned values and [`write`](Self::write) and [`fill`](Self::fill) copy in, each under
+/// the buffer's lock, which [`Communicator::run`] and [`Communicator::run_queued`] hold (for
+/// writing, on every buffer a call may write) while their blocks run. So no safe code can read
+/// a buffer while an emulated block writes it, or keep a reference into it across a launch.
+/// [`Communicator::launch`] runs an arbitrary body and takes no lock: the body's own `unsafe`
+/// writes carry that contract.
 pub struct Buffer {
     ptr: *mut u128,
     words: usize,
     len: usize,
+    access: RwLock<()>,
 }
 
-// SAFETY: the buffer owns its memory; concurrent access goes through raw pointers under the
-// collectives' contracts (no two writers of one byte, readers synchronised by signals).
+// SAFETY: the buffer owns its memory, reached only through raw pointers: by emulated blocks
+// under the collectives' contracts (no two writers of one byte, readers synchronised by
+// signals) and by the host accessors under `access`.
 unsafe impl Send for Buffer {}
 // SAFETY: as above.
 unsafe impl Sync for Buffer {}
@@ -57,17 +67,14 @@ impl Buffer {
             ptr: Box::into_raw(storage) as *mut u128,
             words,
             len,
+            access: RwLock::new(()),
         }
     }
 
     /// A copy of `values`.
     pub fn from_slice<T: Copy>(values: &[T]) -> Self {
-        let bytes = core::mem::size_of_val(values);
-        let b = Self::zeroed(bytes);
-        // SAFETY: `b` holds `bytes` bytes and does not overlap `values`.
-        unsafe {
-            core::ptr::copy_nonoverlapping(values.as_ptr() as *const u8, b.as_mut_ptr(), bytes)
-        };
+        let b = Self::zeroed(core::mem::size_of_val(values));
+        b.write(values);
         b
     }
 
@@ -81,12 +88,12 @@ impl Buffer {
         self.len == 0
     }
 
-    /// The first byte, for reading.
+    /// The first byte, for reading (by emulated blocks).
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr as *const u8
     }
 
-    /// The first byte, for writing (the buffer is shared by the emulated blocks).
+    /// The first byte, for writing (by emulated blocks: the buffer is shared by them).
     pub fn as_mut_ptr(&self) -> *mut u8 {
         self.ptr as *mut u8
     }
@@ -96,33 +103,75 @@ impl Buffer {
         self.ptr as u64
     }
 
-    /// The contents. No launch may be writing the buffer.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` initialised bytes; the caller's contract excludes writers.
-        unsafe { core::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    /// A copy of the contents (waits for a launch that may write the buffer to end).
+    pub fn bytes(&self) -> Vec<u8> {
+        let _reading = self.access.read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `len` initialised bytes; writers (host accessors and launches that may write
+        // this buffer) hold the write lock.
+        unsafe { core::slice::from_raw_parts(self.ptr as *const u8, self.len) }.to_vec()
     }
 
-    /// The contents as `T`s (`len / size_of::<T>()` of them). No launch may be writing.
-    pub fn as_slice<T: Element>(&self) -> &[T] {
-        // SAFETY: 16-byte aligned, initialised bytes; every bit pattern is a valid element.
+    /// A copy of the contents as `T`s (`len / size_of::<T>()` of them).
+    pub fn as_slice<T: Element>(&self) -> Vec<T> {
+        let _reading = self.access.read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: 16-byte aligned, initialised bytes; every bit pattern is a valid element;
+        // writers hold the write lock.
         unsafe {
             core::slice::from_raw_parts(self.ptr as *const T, self.len / core::mem::size_of::<T>())
         }
+        .to_vec()
     }
 
-    /// Overwrites the contents with `values` (at most `len` bytes). No launch may be running.
+    /// Overwrites the contents with `values` (at most `len` bytes).
     pub fn write<T: Copy>(&self, values: &[T]) {
+        let _writing = self.access.write().unwrap_or_else(|e| e.into_inner());
         let bytes = core::mem::size_of_val(values).min(self.len);
-        // SAFETY: inside the buffer; no concurrent access by contract.
+        // SAFETY: inside the buffer; every other host access and every launch that may touch
+        // the buffer is excluded by the lock.
         unsafe {
             core::ptr::copy_nonoverlapping(values.as_ptr() as *const u8, self.as_mut_ptr(), bytes)
         };
     }
 
-    /// Fills every byte with `byte` (to poison an output). No launch may be running.
+    /// Fills every byte with `byte` (to poison an output).
     pub fn fill(&self, byte: u8) {
-        // SAFETY: inside the buffer; no concurrent access by contract.
+        let _writing = self.access.write().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: inside the buffer; excluded as in `write`.
         unsafe { core::ptr::write_bytes(self.as_mut_ptr(), byte, self.len) };
+    }
+}
+
+/// The locks a run holds on its buffers: every distinct buffer once, for writing if any call
+/// may write it, in address order (so two runs sharing buffers cannot deadlock).
+struct Held<'a> {
+    _guards: Vec<Guard<'a>>,
+}
+
+#[allow(dead_code)]
+enum Guard<'a> {
+    Read(std::sync::RwLockReadGuard<'a, ()>),
+    Write(std::sync::RwLockWriteGuard<'a, ()>),
+}
+
+impl<'a> Held<'a> {
+    /// Locks `buffers` (each with whether it may be written).
+    fn lock(buffers: impl IntoIterator<Item = (&'a Buffer, bool)>) -> Self {
+        let mut unique: std::collections::BTreeMap<u64, (&'a Buffer, bool)> = Default::default();
+        for (b, written) in buffers {
+            let e = unique.entry(b.addr()).or_insert((b, false));
+            e.1 |= written;
+        }
+        let guards = unique
+            .into_values()
+            .map(|(b, written)| {
+                if written {
+                    Guard::Write(b.access.write().unwrap_or_else(|e| e.into_inner()))
+                } else {
+                    Guard::Read(b.access.read().unwrap_or_else(|e| e.into_inner()))
+                }
+            })
+            .collect();
+        Self { _guards: guards }
     }
 }
 
@@ -424,6 +473,11 @@ impl Communicator {
                 q.check_buffers(self.world(), rank as u32)?;
             }
         }
+        let _held = Held::lock(queues[..world].iter().flatten().flat_map(|q| {
+            [(q.src, false), (q.dst, true)]
+                .into_iter()
+                .chain(q.counts.map(|c| (c, false)))
+        }));
         let stopped: Vec<Option<usize>> = std::thread::scope(|scope| {
             let ranks: Vec<_> = (0..self.world())
                 .map(|rank| {
@@ -501,6 +555,17 @@ impl Communicator {
             };
             q.check_buffers(self.world(), r as u32)?;
         }
+        let _held = Held::lock(
+            src[..world]
+                .iter()
+                .map(|b| (b, false))
+                .chain(dst[..world].iter().map(|b| (b, true)))
+                .chain(
+                    counts
+                        .into_iter()
+                        .flat_map(|c| c[..world].iter().map(|b| (b, false))),
+                ),
+        );
         let l = *launch;
         self.launch_threads(l.blocks, l.threads, l.absent, |rank, block, ctx, smem| {
             let r = rank as usize;
@@ -565,7 +630,8 @@ impl Queued<'_> {
     /// The arguments of block `block`.
     fn args(&self, block: u32, smem: *mut u8) -> SnacArgs {
         let l = &self.launch;
-        let mut args = SnacArgs::new(self.dst.as_mut_ptr(), self.src.as_ptr(), l.bytes, l.blocks);
+        let mut args = SnacArgs::new(self.dst.as_mut_ptr(), self.src.as_ptr(), l.bytes, l.blocks)
+            .bounded(self.src.len() as u64, self.dst.len() as u64, l.max_count);
         args.block = block;
         args.smem = smem;
         args.plan = l.plan;
@@ -576,52 +642,24 @@ impl Queued<'_> {
         args
     }
 
-    /// Whether the buffers hold what the call reads and writes on a communicator of `world`.
-    fn check_buffers(&self, world: u32, rank: u32) -> Result<(), EmulationError> {
-        let l = &self.launch;
-        let w = world as u64;
-        let elem = l.elem_bytes.max(1) as u64;
-        let (src, dst) = match l.collective {
-            CollectiveKind::AllReduce => (l.bytes, l.bytes),
-            CollectiveKind::AllGather => (l.bytes, l.bytes.saturating_mul(w)),
-            CollectiveKind::ReduceScatter => (l.bytes.saturating_mul(w), l.bytes),
-            CollectiveKind::AllToAll => (l.bytes.saturating_mul(w), l.bytes.saturating_mul(w)),
-            kind => {
-                let reduces = kind.reduces();
-                let elem = if reduces { l.dtype.size() as u64 } else { elem };
-                let needed = if kind == CollectiveKind::AllToAllV {
-                    2 * w
-                } else {
-                    w
-                };
-                let Some(c) = self.counts.filter(|c| c.len() as u64 >= needed * 8) else {
-                    return Err(EmulationError::Buffers);
-                };
-                let counts: Vec<u64> = c
-                    .bytes()
-                    .as_chunks::<8>()
-                    .0
-                    .iter()
-                    .map(|b| u64::from_le_bytes(*b))
-                    .collect();
-                let sum = |xs: &[u64]| {
-                    xs.iter()
-                        .try_fold(0u64, |a, &x| a.checked_add(x.checked_mul(elem)?))
-                        .unwrap_or(u64::MAX)
-                };
-                let w = world as usize;
-                let mine = sum(&counts[rank as usize..rank as usize + 1]);
-                match kind {
-                    CollectiveKind::AllGatherV => (mine, sum(&counts[..w])),
-                    CollectiveKind::ReduceScatterV => (sum(&counts[..w]), mine),
-                    _ => (sum(&counts[..w]), sum(&counts[w..2 * w])),
-                }
-            }
-        };
-        if (self.src.len() as u64) < src || (self.dst.len() as u64) < dst {
-            return Err(EmulationError::Buffers);
+    /// Whether the call has what the device cannot check itself: V counts (`world` of them,
+    /// `2 × world` for AllToAllV) in a buffer that holds them. Everything else — sizes against
+    /// the buffers' lengths, counts against `max_count` and the buffers — the collectives
+    /// check on the device from the capacities [`args`](Self::args) passes, and refuse.
+    fn check_buffers(&self, world: u32, _rank: u32) -> Result<(), EmulationError> {
+        let kind = self.launch.collective;
+        if !kind.is_v() {
+            return Ok(());
         }
-        Ok(())
+        let needed = if kind == CollectiveKind::AllToAllV {
+            2 * world
+        } else {
+            world
+        } as usize;
+        match self.counts {
+            Some(c) if c.len() >= needed * 8 => Ok(()),
+            _ => Err(EmulationError::Buffers),
+        }
     }
 }
 
@@ -649,6 +687,8 @@ pub struct Launch {
     /// Reductions: run the `_op` forms (the operator chosen at run time, as the host-launched
     /// kernels do) instead of the static ones.
     pub runtime_op: bool,
+    /// V collectives: `SnacArgs::max_count`, the largest count any entry may hold.
+    pub max_count: u64,
 }
 
 impl Launch {
@@ -666,6 +706,7 @@ impl Launch {
             plan: Plan::DEFAULT,
             absent: None,
             runtime_op: false,
+            max_count: u64::MAX,
         }
     }
 

@@ -8,6 +8,19 @@
 //! The launch shape and plan come from the codesign table of `purlin-tuning` (the compiled-in
 //! one, or the file named by `PURLIN_TUNING`), unless [`Options`] fixes them.
 //!
+//! # In place and overlap
+//!
+//! | collective | input and output may |
+//! | --- | --- |
+//! | AllReduce | be the same buffer (`src == dst`) |
+//! | AllGather, AllGatherV | be in place: the input is this rank's part of the output |
+//! | ReduceScatter, ReduceScatterV | be in place: the output is this rank's part of the input |
+//! | AllToAll, AllToAllV | not overlap at all |
+//!
+//! Any other overlap is refused: by the host for the fixed-size collectives
+//! ([`Error::InvalidArgument`]), and for the V forms, whose part offsets live on the device, by
+//! the kernel ([`Error::Refused`]) before anything moves.
+//!
 //! # Host calls that wait for the GPU
 //!
 //! Collectives may be queued back to back on every rank's stream, sizes, kinds and options
@@ -92,28 +105,33 @@ pub struct Options {
 }
 
 /// The codesign table in use: the file named by `PURLIN_TUNING` (read once) in front of the
-/// compiled-in rows.
+/// compiled-in rows. A file that cannot be read or parsed is an error, here and at every call
+/// that needs a plan (nothing is silently ignored).
 ///
 /// ```
-/// let table = purlin::collective::table();
+/// let table = purlin::collective::table()?;
 /// assert!(!table.rows().is_empty());
+/// # Ok::<(), purlin::Error>(())
 /// ```
-pub fn table() -> Table<'static> {
-    static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
+pub fn table() -> Result<Table<'static>> {
+    static ROWS: OnceLock<std::result::Result<Vec<Row>, String>> = OnceLock::new();
     let rows = ROWS.get_or_init(|| {
         let mut rows = Vec::new();
         if let Some(path) = std::env::var_os("PURLIN_TUNING") {
-            match std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| Table::parse(&t).map_err(|e| e.to_string())) {
-                Ok(loaded) => {
-                    tracing::info!(path = %path.to_string_lossy(), rows = loaded.len(), "loaded tuning table");
-                    rows = loaded;
-                }
-                Err(e) => tracing::warn!(path = %path.to_string_lossy(), %e, "ignoring the PURLIN_TUNING table"),
-            }
+            let shown = path.to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{shown}: {e}"))?;
+            rows = Table::parse(&text).map_err(|e| format!("{shown}: {e}"))?;
+            tracing::info!(path = %shown, rows = rows.len(), "loaded tuning table");
         }
-        merge(rows, Table::builtin().rows())
+        Ok(merge(rows, Table::builtin().rows()))
     });
-    Table::new(rows)
+    match rows {
+        Ok(rows) => Ok(Table::new(rows)),
+        Err(reason) => Err(Error::InvalidArgument {
+            what: "PURLIN_TUNING",
+            reason: reason.clone(),
+        }),
+    }
 }
 
 /// A loaded table's rows in front of the compiled-in ones: rows of the file win over
@@ -132,17 +150,38 @@ fn merge(loaded: Vec<Row>, builtin: &[Row]) -> Vec<Row> {
     rows
 }
 
-/// The size a collective is tuned by: AllReduce the whole payload, AllGather each rank's
-/// input, ReduceScatter each rank's shard, AllToAll each part (the V forms: the largest).
-fn dispatch_bytes(kind: CollectiveKind, bytes: u64) -> u64 {
-    let _ = kind;
-    bytes
+/// A launch shape and plan that cannot run is refused with the reason (a table row or an
+/// `Options::choice`): blocks outside `1..=MAX_BLOCKS`, no chunk, thresholds that do not fit.
+fn check_choice(choice: &Choice, kind: CollectiveKind, bytes: u64) -> Result<()> {
+    let refuse = |reason: String| {
+        Err(Error::InvalidArgument {
+            what: "plan",
+            reason: format!("{} of {bytes} bytes: {reason}", kind.name()),
+        })
+    };
+    if choice.blocks == 0 || choice.blocks as usize > MAX_BLOCKS {
+        return refuse(format!(
+            "{} blocks is not in 1..={MAX_BLOCKS}",
+            choice.blocks
+        ));
+    }
+    if choice.plan.chunk_bytes < 16 {
+        return refuse(format!(
+            "a chunk of {} bytes holds no 16-byte unit",
+            choice.plan.chunk_bytes
+        ));
+    }
+    if choice.plan.put_blocks == 0 {
+        return refuse("no producer blocks".into());
+    }
+    Ok(())
 }
 
 /// Threads and dynamic shared memory per block of a kernel that runs collectives with the
-/// native Atom of `arch`: Purlin's own (`PURLIN_COLLECTIVE_THREADS` /
-/// `PURLIN_COLLECTIVE_SMEM_BYTES` in `purlin-kernels`), and yours when you fuse a collective
-/// into your kernel (add your own shared memory after it).
+/// native Atom of `arch`: what Purlin's own kernels export (`PURLIN_COLLECTIVE_THREADS` /
+/// `PURLIN_COLLECTIVE_SMEM_BYTES` in `purlin-kernels`, read from the embedded PTX), and what
+/// yours needs when you fuse a collective into your kernel (add your own shared memory after
+/// it). A block larger than this is refused by the collectives on the device.
 ///
 /// ```
 /// use purlin::collective::kernel_shape;
@@ -151,6 +190,20 @@ fn dispatch_bytes(kind: CollectiveKind, bytes: u64) -> u64 {
 /// assert!(smem >= 64 << 10);
 /// ```
 pub fn kernel_shape(arch: Arch) -> (u32, u32) {
+    let ptx = crate::ptx::kernels(arch).text();
+    let exported = (
+        crate::ptx::exported_u32(ptx, "PURLIN_COLLECTIVE_THREADS"),
+        crate::ptx::exported_u32(ptx, "PURLIN_COLLECTIVE_SMEM_BYTES"),
+    );
+    match exported {
+        (Some(threads), Some(smem)) => (threads, smem),
+        // Every embedded PTX exports both (a unit test checks); derive them if one did not.
+        _ => derived_shape(arch),
+    }
+}
+
+/// [`kernel_shape`] as the Atom constants give it (what the kernels export, recomputed).
+fn derived_shape(arch: Arch) -> (u32, u32) {
     use purlin_device::atom::{Atom, Sm70, Sm80, Sm90, Sm100};
     let (threads, smem) = match arch {
         Arch::Sm70 => (Sm70::THREADS, smem_bytes::<Sm70>()),
@@ -159,17 +212,6 @@ pub fn kernel_shape(arch: Arch) -> (u32, u32) {
         Arch::Sm100 => (Sm100::THREADS, smem_bytes::<Sm100>()),
     };
     (threads.min(256), smem)
-}
-
-/// Ranks that share this context's GPU: all of them on the virtual node (fewer GPUs than
-/// ranks), one per GPU otherwise.
-fn ranks_per_gpu(world: u32) -> u32 {
-    let gpus = crate::Gpu::count().unwrap_or(1).max(1) as u32;
-    if world <= gpus {
-        1
-    } else {
-        world.div_ceil(gpus)
-    }
 }
 
 /// One call, checked and ready to launch.
@@ -226,14 +268,11 @@ impl Context {
         options: &Options,
     ) -> Result<(LaunchShape, Plan)> {
         let gpu = self.gpu().ok_or_else(host_context)?;
-        let choice = options.choice.unwrap_or_else(|| {
-            table().lookup(
-                gpu.compute_capability(),
-                self.world(),
-                kind,
-                dispatch_bytes(kind, bytes),
-            )
-        });
+        let choice = match options.choice {
+            Some(c) => c,
+            None => table()?.lookup(gpu.compute_capability(), self.world(), kind, bytes),
+        };
+        check_choice(&choice, kind, bytes)?;
         let mut plan = choice.plan;
         plan.mode = options.mode as u32;
         if let Some(a) = options.algorithm {
@@ -243,8 +282,8 @@ impl Context {
         plan.threads = threads;
         // Blocks wait for each other across ranks: all of them must be resident at once. The
         // collective kernels hold one block per SM (see purlin-kernels).
-        let resident = (gpu.sm_count() / ranks_per_gpu(self.world())).max(1);
-        let blocks = choice.blocks.clamp(1, MAX_BLOCKS as u32).min(resident);
+        let resident = (gpu.sm_count() / self.workspace().ranks_on_this_gpu().max(1)).max(1);
+        let blocks = choice.blocks.min(resident);
         Ok((
             LaunchShape {
                 blocks,
@@ -301,12 +340,22 @@ unsafe fn fixed(
     options: &Options,
 ) -> Result<()> {
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
-    validate::check_buffer("src", src, bytes * parts.0 as u64, 16)?;
-    validate::check_buffer("dst", dst, bytes * parts.1 as u64, 16)?;
+    let src_bytes = validate::parts_to_bytes("src", bytes, parts.0)?;
+    let dst_bytes = validate::parts_to_bytes("dst", bytes, parts.1)?;
+    validate::check_buffer("src", src, src_bytes, 16)?;
+    validate::check_buffer("dst", dst, dst_bytes, 16)?;
+    let part_r = bytes.saturating_mul(ctx.rank() as u64);
+    let rule = match kind {
+        CollectiveKind::AllReduce => validate::Aliasing::SameOrDisjoint,
+        CollectiveKind::AllGather => validate::Aliasing::InputIsPartOfOutput { offset: part_r },
+        CollectiveKind::ReduceScatter => validate::Aliasing::OutputIsPartOfInput { offset: part_r },
+        _ => validate::Aliasing::Disjoint,
+    };
+    validate::check_aliasing(src, src_bytes, dst, dst_bytes, rule)?;
     let call = Call {
         kind,
         kernel: kernel_name(kind, dtype),
-        args: args(dst, src, bytes),
+        args: args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX),
         op,
     };
     // SAFETY: forwarded contract.
@@ -463,13 +512,22 @@ fn v_call(
 ) -> Result<(Call, u64)> {
     validate::check_pointer("counts", counts.addr, 8)?;
     let max_bytes = validate::elements_to_bytes("max_count", counts.max_count, dtype.size())?;
-    // The counts live on the device, so only what the host knows is checked here: a buffer
-    // that may receive or send anything must be a live, aligned address.
-    if counts.max_count > 0 {
-        validate::check_pointer("src", src.addr, 16)?;
-        validate::check_pointer("dst", dst.addr, 16)?;
-    }
-    let mut a = args(dst, src, 0);
+    // The counts live on the device, which checks them against `max_count` and against both
+    // buffers' capacities (passed below) before anything moves; here every buffer must be a
+    // live, aligned address, whatever the counts.
+    validate::check_pointer("src", src.addr, 16)?;
+    validate::check_pointer("dst", dst.addr, 16)?;
+    let rule = match kind {
+        CollectiveKind::AllGatherV => validate::Aliasing::Inside {
+            input_in_output: true,
+        },
+        CollectiveKind::ReduceScatterV => validate::Aliasing::Inside {
+            input_in_output: false,
+        },
+        _ => validate::Aliasing::Disjoint,
+    };
+    validate::check_aliasing(src, src.bytes, dst, dst.bytes, rule)?;
+    let mut a = args(dst, src, 0).bounded(src.bytes, dst.bytes, counts.max_count);
     a.counts = counts.addr as *const u64;
     a.elem_bytes = dtype.size() as u32;
     Ok((
@@ -556,12 +614,45 @@ fn stream_of(ctx: &Context) -> Result<&std::sync::Arc<cudarc::driver::CudaStream
     ctx.stream().ok_or_else(host_context)
 }
 
-fn span<T>(ctx: &Context, buf: &impl DevicePtr<T>) -> Result<Span> {
+/// A typed buffer's span, if the buffer belongs to the context's stream.
+///
+/// Purlin turns cudarc's event tracking off on its GPU's context (see [`crate::Gpu`]), so a
+/// buffer's lifetime is ordered against the collective only by its stream: cudarc frees a
+/// dropped buffer on the stream it was allocated on. A buffer of the context's stream is
+/// therefore freed only after every collective queued before the drop has run; one of another
+/// stream could be freed while a queued collective still reads or writes it. The safe typed
+/// functions refuse such buffers (use the `*_raw` forms, whose contract says so, for them).
+fn own_stream<T>(what: &'static str, ctx: &Context, buf: &impl DevicePtr<T>) -> Result<()> {
+    let stream = stream_of(ctx)?;
+    if std::sync::Arc::ptr_eq(cudarc::driver::DeviceSlice::stream(buf), stream) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            what,
+            reason: "the buffer belongs to another stream than the context's: it could be freed \
+                     while the collective still uses it (allocate it on the context's stream, or \
+                     use the *_raw form and keep it alive until the collective has run)"
+                .into(),
+        })
+    }
+}
+
+fn span<T>(what: &'static str, ctx: &Context, buf: &impl DevicePtr<T>) -> Result<Span> {
+    own_stream(what, ctx, buf)?;
     Ok(Span::from_device(buf, stream_of(ctx)?))
 }
 
-fn span_mut<T>(ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
+fn span_mut<T>(what: &'static str, ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
     let stream = stream_of(ctx)?;
+    if !std::sync::Arc::ptr_eq(cudarc::driver::DeviceSlice::stream(buf), stream) {
+        return Err(Error::InvalidArgument {
+            what,
+            reason: "the buffer belongs to another stream than the context's: it could be freed \
+                     while the collective still writes it (allocate it on the context's stream, \
+                     or use the *_raw form and keep it alive until the collective has run)"
+                .into(),
+        });
+    }
     let bytes = cudarc::driver::DeviceSlice::num_bytes(buf) as u64;
     let (addr, _guard) = buf.device_ptr_mut(stream);
     Ok(Span::new(addr, bytes))
@@ -570,8 +661,10 @@ fn span_mut<T>(ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
 /// AllReduce of `count` elements: `dst = src₀ ⊕ … ⊕ src_{world-1}` on every rank, on the
 /// context's stream (see the [module docs](self) for an example).
 ///
-/// Buffers allocated on other streams must not be freed before the context's stream has run
-/// the collective (Purlin turns cudarc's event tracking off).
+/// Every buffer of the typed forms must belong to the context's stream, so that dropping it is
+/// ordered after the collective ([`Error::InvalidArgument`] otherwise; the `*_raw` forms take
+/// any device memory, under their safety contract). `src == dst` is allowed; other overlap is
+/// refused.
 pub fn all_reduce<T: Element>(
     ctx: &Context,
     src: &impl DevicePtr<T>,
@@ -599,7 +692,7 @@ pub fn all_reduce_with<T: Element>(
     op: ReduceOpKind,
     options: &Options,
 ) -> Result<()> {
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { all_reduce_raw(ctx, T::DTYPE, op, d, s, count as u64, options) }
 }
@@ -617,7 +710,7 @@ pub fn all_gather<T: Element>(
     dst: &mut impl DevicePtrMut<T>,
     count: usize,
 ) -> Result<()> {
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { all_gather_raw(ctx, T::DTYPE, d, s, count as u64, &Options::default()) }
 }
@@ -636,7 +729,7 @@ pub fn reduce_scatter<T: Element>(
     count: usize,
     op: ReduceOpKind,
 ) -> Result<()> {
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { reduce_scatter_raw(ctx, T::DTYPE, op, d, s, count as u64, &Options::default()) }
 }
@@ -655,7 +748,7 @@ pub fn all_to_all<T: Element>(
     dst: &mut impl DevicePtrMut<T>,
     count: usize,
 ) -> Result<()> {
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
     unsafe { all_to_all_raw(ctx, T::DTYPE, d, s, count as u64, &Options::default()) }
 }
@@ -666,7 +759,7 @@ fn counts_of(
     needed: usize,
     max_count: usize,
 ) -> Result<Counts> {
-    let span = span(ctx, counts)?;
+    let span = span("counts", ctx, counts)?;
     validate::check_buffer("counts", span, needed as u64 * 8, 8)?;
     Ok(Counts {
         addr: span.addr,
@@ -691,7 +784,7 @@ pub fn all_gather_v<T: Element>(
     max_count: usize,
 ) -> Result<()> {
     let counts = counts_of(ctx, counts, ctx.world() as usize, max_count)?;
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
     unsafe { all_gather_v_raw(ctx, T::DTYPE, d, s, counts, &Options::default()) }
 }
@@ -713,7 +806,7 @@ pub fn reduce_scatter_v<T: Element>(
     op: ReduceOpKind,
 ) -> Result<()> {
     let counts = counts_of(ctx, counts, ctx.world() as usize, max_count)?;
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
     unsafe { reduce_scatter_v_raw(ctx, T::DTYPE, op, d, s, counts, &Options::default()) }
 }
@@ -733,7 +826,7 @@ pub fn all_to_all_v<T: Element>(
     max_count: usize,
 ) -> Result<()> {
     let counts = counts_of(ctx, counts, 2 * ctx.world() as usize, max_count)?;
-    let (s, d) = (span(ctx, src)?, span_mut(ctx, dst)?);
+    let (s, d) = (span("src", ctx, src)?, span_mut("dst", ctx, dst)?);
     // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
     unsafe { all_to_all_v_raw(ctx, T::DTYPE, d, s, counts, &Options::default()) }
 }
@@ -742,12 +835,25 @@ pub fn all_to_all_v<T: Element>(
 mod tests {
     use super::*;
 
+    /// The launch constants the kernels export are in every embedded PTX, and equal what the
+    /// Atoms say.
+    #[test]
+    fn every_embedded_ptx_exports_its_launch_shape() {
+        for arch in Arch::ALL {
+            let ptx = crate::ptx::kernels(arch).text();
+            assert!(crate::ptx::exported_u32(ptx, "PURLIN_COLLECTIVE_THREADS").is_some());
+            assert!(crate::ptx::exported_u32(ptx, "PURLIN_COLLECTIVE_SMEM_BYTES").is_some());
+            assert_eq!(kernel_shape(arch), derived_shape(arch), "{arch}");
+        }
+    }
+
     /// Every band of a compiled-in key survives the merge (it once kept only the first band of
     /// each key, so every AllReduce ran with the small-message row).
     #[test]
     fn merge_keeps_every_builtin_band_and_lets_the_file_win() {
         let builtin = Table::builtin();
         assert_eq!(merge(Vec::new(), builtin.rows()), builtin.rows());
+        assert!(table().is_ok());
 
         let mut file_row = *builtin
             .rows()

@@ -284,7 +284,8 @@ impl Context {
         Duration::from_nanos(self.view.timeout_ns)
     }
 
-    /// Sets the wait bound of later launches (it travels in the device view).
+    /// Sets the wait bound of later launches (it travels in the device view), clamped to
+    /// 1 ms ..= [`MAX_TIMEOUT`]: every wait stays bounded.
     ///
     /// ```
     /// # use purlin::{bootstrap::*, memory::HostAllocator, workspace::*, Context};
@@ -514,7 +515,12 @@ impl Drop for Context {
     }
 }
 
+/// The longest wait bound a context accepts ([`Context::set_timeout`] clamps to it): long
+/// enough for any collective, short enough that a lost peer ends in an error.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 fn timeout_ns(t: Duration) -> u64 {
+    let t = t.clamp(Duration::from_millis(1), MAX_TIMEOUT);
     u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 

@@ -159,27 +159,66 @@ pub enum Error {
     },
     /// A wait for another rank ran out of time (a rank that never arrives is an error, never a
     /// hang). Decoded from the fault record a kernel leaves, or raised by a host-side wait.
-    #[error("{collective} timed out on rank {rank} waiting for rank {peer} (epoch {epoch})")]
+    #[error(
+        "{collective} timed out on rank {rank} waiting for rank {peer}: {} (epoch {epoch})",
+        if *peer_missing { "it never launched the call (a rank that stopped, or a host thread blocked outside Purlin)".to_string() } else { format!("it is in the call but {waiting_for} did not come") }
+    )]
     Timeout {
         /// The operation that was waiting (`all_gather`, `p2p wait`, ...).
         collective: &'static str,
         /// The rank that gave up.
         rank: u32,
-        /// The rank it was waiting for.
+        /// The rank it was waiting for (the one that never launched the call, if one did not).
         peer: u32,
         /// The epoch (or signal value) it waited for.
         epoch: u64,
+        /// True when `peer` never launched the call; false when it is in the call but stuck.
+        peer_missing: bool,
+        /// What was awaited (`staged data`, `latency packets`, ...).
+        waiting_for: &'static str,
     },
-    /// A kernel refused its arguments and recorded so in the fault record (the host checks
-    /// should have caught it: please report).
-    #[error("{collective} on rank {rank} refused its arguments: {detail}")]
-    KernelRejected {
+    /// A rank refused a call on the device: its arguments cannot run there (V counts above
+    /// `max_count` or past the buffers, a block size the Atom does not support, ...). Nothing
+    /// was read or written.
+    #[error("{collective} refused on rank {rank}: {reason}")]
+    Refused {
         /// The collective.
         collective: &'static str,
-        /// The rank.
+        /// The rank that refused.
         rank: u32,
-        /// The decoded fault.
-        detail: String,
+        /// Why, with the offending value.
+        reason: String,
+    },
+    /// Two ranks made different calls: they disagree on something every rank must agree on
+    /// (the collective, element type, operator, sizes, blocks, plan, workspace or V counts).
+    #[error(
+        "{collective}: rank {rank} and rank {peer} disagree on the {field} ({mine} on rank {rank}, {theirs} on rank {peer})"
+    )]
+    Mismatch {
+        /// The collective this rank was in.
+        collective: &'static str,
+        /// This rank.
+        rank: u32,
+        /// The rank whose call differs.
+        peer: u32,
+        /// What differs (`size`, `operator`, `counts`, ...).
+        field: &'static str,
+        /// This rank's value (or its hash, for the plan, workspace and counts).
+        mine: u64,
+        /// The peer's.
+        theirs: u64,
+    },
+    /// Another rank faulted first and its fault ended this rank's call.
+    #[error("{collective} on rank {rank} stopped: rank {first} faulted first: {cause}")]
+    PeerFaulted {
+        /// The collective this rank was in.
+        collective: &'static str,
+        /// This rank.
+        rank: u32,
+        /// The rank that faulted first.
+        first: u32,
+        /// Its fault.
+        cause: String,
     },
     /// The context faulted earlier (a timeout); its protocol state is no longer consistent
     /// across ranks, so it refuses new work. Finalize it and make a new one.

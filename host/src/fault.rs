@@ -15,7 +15,7 @@
 //! let fault = decode_fault_record(&bytes).unwrap();
 //! assert!(matches!(
 //!     fault_error(&fault),
-//!     purlin::Error::Timeout { collective: "all_gather", rank: 1, peer: 3, epoch: 9 }
+//!     purlin::Error::Timeout { collective: "all_gather", rank: 1, peer: 3, epoch: 9, .. }
 //! ));
 //! assert!(decode_fault_record(&[0; 64]).is_none());
 //! ```
@@ -38,28 +38,49 @@ pub fn decode_fault_record(bytes: &[u8; FAULT_BYTES]) -> Option<Fault> {
 }
 
 /// The error the host returns for a fault: [`Error::Timeout`] for a wait that ran out,
-/// [`Error::KernelRejected`] for arguments a kernel refused.
+/// [`Error::Refused`] for arguments a kernel refused, [`Error::Mismatch`] for calls that
+/// differ between ranks and [`Error::PeerFaulted`] when another rank faulted first.
 ///
 /// ```
 /// use purlin::fault::{Fault, FaultKind, CollectiveKind, SignalKind, fault_error};
 /// let f = Fault {
 ///     kind: FaultKind::InvalidArgument, collective: CollectiveKind::AllToAll, rank: 0, peer: 0,
-///     peer_missing: false, block: 3, signal: SignalKind::None, epoch: 0, awaited: 0, observed: 0, count: 1,
+///     peer_missing: false, block: 3, signal: SignalKind::None, epoch: 0, awaited: 0, observed: 0,
+///     count: 1, detail: 0,
 /// };
-/// assert!(matches!(fault_error(&f), purlin::Error::KernelRejected { collective: "all_to_all", .. }));
+/// assert!(matches!(fault_error(&f), purlin::Error::Refused { collective: "all_to_all", .. }));
 /// ```
 pub fn fault_error(fault: &Fault) -> Error {
+    let collective = fault.collective.name();
     match fault.kind {
         FaultKind::Timeout => Error::Timeout {
-            collective: fault.collective.name(),
+            collective,
             rank: fault.rank,
             peer: fault.peer,
             epoch: fault.epoch,
+            peer_missing: fault.peer_missing,
+            waiting_for: fault.signal.describe(),
         },
-        FaultKind::InvalidArgument => Error::KernelRejected {
-            collective: fault.collective.name(),
+        FaultKind::InvalidArgument => Error::Refused {
+            collective,
             rank: fault.rank,
-            detail: fault.to_string(),
+            reason: fault.to_string(),
+        },
+        FaultKind::DigestMismatch => Error::Mismatch {
+            collective,
+            rank: fault.rank,
+            peer: fault.peer,
+            field: fault.field().name(),
+            mine: fault.awaited,
+            theirs: fault.observed,
+        },
+        FaultKind::PeerFaulted => Error::PeerFaulted {
+            collective,
+            rank: fault.rank,
+            first: fault.peer,
+            cause: fault
+                .first()
+                .map_or_else(|| "unknown".into(), |first| first.cause().to_string()),
         },
     }
 }

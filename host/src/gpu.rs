@@ -11,6 +11,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// A GPU with Purlin's kernels loaded.
 ///
+/// Opening it turns cudarc's per-allocation event tracking off for the device's (primary)
+/// context, for every user of that context: Purlin passes raw addresses and captures launches
+/// into graphs, where the tracking's stream waits get in the way. Without tracking, cudarc
+/// orders a buffer's free only by the stream it was allocated on; Purlin's safe typed
+/// collectives therefore accept only buffers of the context's stream, and code of your own on
+/// this context must order cross-stream use itself (events), as with plain CUDA.
+///
 /// ```no_run
 /// let gpu = purlin::Gpu::open(0)?;
 /// println!("{} (sm_{}), {} SMs", gpu.name(), gpu.compute_capability(), gpu.sm_count());

@@ -390,6 +390,8 @@ impl Window {
                     rank: self.rank(),
                     peer: from,
                     epoch: value,
+                    peer_missing: false,
+                    waiting_for: "its signal",
                 });
             }
             std::thread::sleep(pause);

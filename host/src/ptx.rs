@@ -171,3 +171,38 @@ pub fn precompiled(ptx: &EmbeddedPtx) -> Option<Vec<u8>> {
         None
     }
 }
+
+/// The value of a `u32` the PTX exports as a global (`#[no_mangle] static` in the kernel
+/// crate), read from its initializer: `.u32 NAME = v;` or `.b8 NAME[4] = {b0, b1, ..};`
+/// (little-endian, trailing zero bytes left out). `None` when the PTX has no such global.
+///
+/// ```
+/// use purlin::ptx::{exported_u32, kernels, Arch};
+/// let ptx = ".visible .global .align 4 .b8 PURLIN_X[4] = {96, 1, 1};";
+/// assert_eq!(exported_u32(ptx, "PURLIN_X"), Some(0x0001_0160));
+/// assert_eq!(exported_u32(".global .align 4 .u32 PURLIN_Y = 256;", "PURLIN_Y"), Some(256));
+/// assert_eq!(exported_u32(kernels(Arch::Sm90).text(), "PURLIN_COLLECTIVE_THREADS"), Some(256));
+/// ```
+pub fn exported_u32(ptx: &str, name: &str) -> Option<u32> {
+    ptx.lines().find_map(|line| {
+        let line = line.trim();
+        if !line.contains(".global") {
+            return None;
+        }
+        let (decl, init) = line.split_once('=')?;
+        let decl = decl.trim();
+        let init = init.trim().trim_end_matches(';').trim();
+        if decl.ends_with(&format!(" {name}")) {
+            return init.parse().ok();
+        }
+        if decl.ends_with(&format!(" {name}[4]")) && decl.contains(".b8") {
+            let bytes = init.strip_prefix('{')?.strip_suffix('}')?;
+            let mut v = [0u8; 4];
+            for (i, b) in bytes.split(',').enumerate() {
+                *v.get_mut(i)? = b.trim().parse().ok()?;
+            }
+            return Some(u32::from_le_bytes(v));
+        }
+        None
+    })
+}

@@ -17,6 +17,9 @@ pub(crate) struct Symmetric {
     pub(crate) bytes: u64,
     /// Every rank's buffer, as this rank addresses it (this rank's own at `rank`).
     pub(crate) addrs: Vec<u64>,
+    /// Ranks whose buffer lies on the same GPU as this rank's (this rank included), from the
+    /// device UUIDs every rank announced; 1 for host memory.
+    pub(crate) ranks_on_this_gpu: u32,
     /// IPC mappings of peers' allocations (their bases), closed before the local buffer goes.
     imported: Vec<u64>,
     released: bool,
@@ -176,6 +179,7 @@ impl Symmetric {
         // 2. Read every announcement and map every peer (every rank takes part in the steps
         //    below, even one whose allocation failed, so that no peer waits for it).
         let mut imported = Vec::new();
+        let mut sharing = 1u32;
         let mapped = match &described {
             Err(e) => Err(clone_err(e)),
             Ok(me) => (|| -> Result<Vec<u64>> {
@@ -198,6 +202,15 @@ impl Symmetric {
                     });
                 }
                 let mut addrs = Vec::with_capacity(world);
+                let mine_uuid = peers[rank].uuid;
+                sharing = if peers[rank].kind == KIND_DEVICE {
+                    peers
+                        .iter()
+                        .filter(|p| p.kind == KIND_DEVICE && p.uuid == mine_uuid)
+                        .count() as u32
+                } else {
+                    1
+                };
                 for (r, p) in peers.iter().enumerate() {
                     if p.bytes != bytes {
                         return Err(Error::InvalidArgument {
@@ -239,6 +252,7 @@ impl Symmetric {
                 gpu,
                 bytes,
                 addrs,
+                ranks_on_this_gpu: sharing,
                 imported,
                 released: false,
             }),

@@ -173,3 +173,101 @@ pub fn check_reachable(
         None => Ok(()),
     }
 }
+
+/// `bytes × parts`, or [`Error::InvalidArgument`] naming `what` when it overflows 64 bits.
+///
+/// ```
+/// use purlin::validate::parts_to_bytes;
+/// assert_eq!(parts_to_bytes("src", 1024, 8)?, 8192);
+/// assert!(parts_to_bytes("src", u64::MAX / 2, 4).is_err());
+/// # Ok::<(), purlin::Error>(())
+/// ```
+pub fn parts_to_bytes(what: &'static str, bytes: u64, parts: u32) -> Result<u64> {
+    bytes
+        .checked_mul(parts as u64)
+        .ok_or_else(|| Error::InvalidArgument {
+            what,
+            reason: format!("{parts} parts of {bytes} bytes overflow a 64-bit size"),
+        })
+}
+
+/// How a collective's input and output may share memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aliasing {
+    /// Not at all (AllToAll, AllToAllV).
+    Disjoint,
+    /// Exactly the same range, or none of it (AllReduce).
+    SameOrDisjoint,
+    /// The input may be exactly the part at `offset` of the output (in-place AllGather), else
+    /// disjoint.
+    InputIsPartOfOutput {
+        /// Where the input sits in the output, bytes.
+        offset: u64,
+    },
+    /// The output may be exactly the part at `offset` of the input (in-place
+    /// ReduceScatter), else disjoint.
+    OutputIsPartOfInput {
+        /// Where the output sits in the input, bytes.
+        offset: u64,
+    },
+    /// The V forms, whose part offsets live on the device: the input may lie inside the
+    /// output (AllGatherV) or the output inside the input (ReduceScatterV); the kernel checks
+    /// the exact place.
+    Inside {
+        /// True when the input lies in the output (AllGatherV), false for the reverse.
+        input_in_output: bool,
+    },
+}
+
+/// Refuses `src` (`src_bytes` used) and `dst` (`dst_bytes` used) sharing memory other than
+/// the way `rule` allows.
+///
+/// ```
+/// use purlin::memory::Span;
+/// use purlin::validate::{check_aliasing, Aliasing};
+/// let buf = Span::new(0x1000, 4096);
+/// // In-place AllGather: rank 1's input is part 1 of the output.
+/// let part = Span::new(0x1000 + 1024, 1024);
+/// assert!(check_aliasing(part, 1024, buf, 4096, Aliasing::InputIsPartOfOutput { offset: 1024 }).is_ok());
+/// assert!(check_aliasing(part, 1024, buf, 4096, Aliasing::InputIsPartOfOutput { offset: 0 }).is_err());
+/// assert!(check_aliasing(buf, 4096, buf, 4096, Aliasing::Disjoint).is_err());
+/// assert!(check_aliasing(buf, 4096, buf, 4096, Aliasing::SameOrDisjoint).is_ok());
+/// ```
+pub fn check_aliasing(
+    src: Span,
+    src_bytes: u64,
+    dst: Span,
+    dst_bytes: u64,
+    rule: Aliasing,
+) -> Result<()> {
+    let overlap = src_bytes > 0
+        && dst_bytes > 0
+        && src.addr < dst.addr.saturating_add(dst_bytes)
+        && dst.addr < src.addr.saturating_add(src_bytes);
+    if !overlap {
+        return Ok(());
+    }
+    let allowed = match rule {
+        Aliasing::Disjoint => false,
+        Aliasing::SameOrDisjoint => src.addr == dst.addr && src_bytes == dst_bytes,
+        Aliasing::InputIsPartOfOutput { offset } => dst.addr.checked_add(offset) == Some(src.addr),
+        Aliasing::OutputIsPartOfInput { offset } => src.addr.checked_add(offset) == Some(dst.addr),
+        Aliasing::Inside {
+            input_in_output: true,
+        } => src.addr >= dst.addr && src.addr + src_bytes <= dst.addr + dst_bytes,
+        Aliasing::Inside {
+            input_in_output: false,
+        } => dst.addr >= src.addr && dst.addr + dst_bytes <= src.addr + src_bytes,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            what: "dst",
+            reason: format!(
+                "the output [{:#x}, +{dst_bytes}) overlaps the input [{:#x}, +{src_bytes}) in a way this collective does not allow ({rule:?})",
+                dst.addr, src.addr
+            ),
+        })
+    }
+}

@@ -221,7 +221,56 @@ pub struct Workspace {
     state: Option<u64>,
 }
 
+/// Every rank's requirements, compared field by field: a rank that asked for other sizes is an
+/// error naming it and the field, on every rank (the same records reach every rank).
+fn agree_on_requirements(bootstrap: &dyn Bootstrap, mine: &WorkspaceRequirements) -> Result<()> {
+    let mut record = mine.staging_half_bytes.to_le_bytes().to_vec();
+    record.extend_from_slice(&mine.latency_window_bytes.to_le_bytes());
+    let all = bootstrap.all_gather(&record)?;
+    let field = |r: &[u8], i: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(
+            r.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+        ))
+    };
+    let first = &all[0];
+    for (rank, r) in all.iter().enumerate().skip(1) {
+        for (i, what) in [(0, "staging_half_bytes"), (1, "latency_window_bytes")] {
+            let (a, b) = (field(first, i), field(r, i));
+            if a != b {
+                return Err(Error::InvalidArgument {
+                    what,
+                    reason: format!(
+                        "rank 0 asked for {} and rank {rank} for {}: every rank's workspace must \
+                         have the same requirements",
+                        a.map_or("nothing".into(), |v| v.to_string()),
+                        b.map_or("nothing".into(), |v| v.to_string()),
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Workspace {
+    /// Ranks whose workspace lies on this rank's GPU, this one included (from the device UUIDs
+    /// every rank announced when the workspace was made); 1 for host memory. Collectives cap
+    /// their blocks so that the blocks of all of them fit the GPU at once.
+    ///
+    /// ```
+    /// use purlin::bootstrap::{Bootstrap, InProcess};
+    /// use purlin::memory::HostAllocator;
+    /// use purlin::workspace::{Workspace, WorkspaceRequirements};
+    /// let b = InProcess::group(1)?.remove(0);
+    /// let ws = Workspace::new(&b, HostAllocator::new(), WorkspaceRequirements::small())?;
+    /// assert_eq!(ws.ranks_on_this_gpu(), 1);
+    /// # ws.finalize()?;
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn ranks_on_this_gpu(&self) -> u32 {
+        self.slab.ranks_on_this_gpu
+    }
+
     /// Allocates this rank's workspace through `allocator` and maps every peer's (a collective
     /// call: every rank of `bootstrap` makes it, with the same requirements).
     ///
@@ -281,6 +330,7 @@ impl Workspace {
         // is left waiting in an exchange.
         let bytes = requirements.bytes_per_rank(world)?;
         validate::check_rank(bootstrap.rank(), world)?;
+        agree_on_requirements(&*bootstrap, &requirements)?;
         let slab_bytes = requirements.slab_bytes(world)?;
         let signal_offset = requirements.signal_offset(world)?;
         let state_bytes = requirements.layout(world).state_bytes();

@@ -6,3 +6,4 @@ mod atoms;
 mod collectives;
 mod host;
 mod queued;
+mod safety;

@@ -132,7 +132,18 @@ impl Table<'_> {
             .into_iter()
             .find(|a| algorithm_name(*a) == algorithm)
             .ok_or_else(|| err(std::format!("unknown algorithm {algorithm}")))?;
-            let blocks = num("blocks")? as u32;
+            // Narrow fields refuse values they cannot hold rather than wrap ("any" only means
+            // "no bound" for max_bytes).
+            let narrow = |key: &str| -> Result<u32, ParseError> {
+                let v = num(key)?;
+                u32::try_from(v).map_err(|_| {
+                    err(std::format!(
+                        "{key}={} does not fit 32 bits",
+                        get(key).unwrap_or("?")
+                    ))
+                })
+            };
+            let blocks = narrow("blocks")?;
             if blocks == 0 || blocks as usize > purlin_device::context::MAX_BLOCKS {
                 return Err(err(std::format!(
                     "blocks={blocks} is not in 1..={}",
@@ -140,18 +151,18 @@ impl Table<'_> {
                 )));
             }
             rows.push(Row {
-                arch: num("arch")? as u32,
-                world: num("world")? as u32,
+                arch: narrow("arch")?,
+                world: narrow("world")?,
                 collective,
                 max_bytes: num("max_bytes")?,
                 blocks,
                 plan: Plan {
-                    threads: num("threads")? as u32,
-                    put_blocks: num("put_blocks")? as u32,
+                    threads: narrow("threads")?,
+                    put_blocks: narrow("put_blocks")?,
                     chunk_bytes: num("chunk_bytes")?,
                     latency_threshold: num("latency_threshold")?,
                     two_shot_min_bytes: num("two_shot_min_bytes")?,
-                    two_shot_min_world: num("two_shot_min_world")? as u32,
+                    two_shot_min_world: narrow("two_shot_min_world")?,
                     algorithm: algorithm as u32,
                     ..Plan::DEFAULT
                 },
@@ -173,5 +184,27 @@ mod tests {
             Table::parse(&write_rows(Table::builtin().rows()).replace("blocks=8 ", "blocks=0 "))
                 .unwrap_err();
         assert!(e.reason.contains("blocks=0"));
+    }
+}
+
+#[cfg(test)]
+mod narrow_tests {
+    use super::*;
+
+    /// Numbers too large for their field are errors, not truncated (blocks=2^32+8 once parsed
+    /// as 8).
+    #[test]
+    fn numbers_that_do_not_fit_their_field_are_refused() {
+        let row = "arch=90 world=8 collective=all_reduce max_bytes=any blocks=8 threads=256 put_blocks=2 chunk_bytes=65536 latency_threshold=0 two_shot_min_bytes=0 two_shot_min_world=4 algorithm=auto";
+        assert!(Table::parse(row).is_ok());
+        for (key, value) in [
+            ("blocks=8", "blocks=4294967304"),
+            ("threads=256", "threads=4294967552"),
+            ("put_blocks=2", "put_blocks=any"),
+            ("world=8", "world=-1"),
+        ] {
+            let bad = row.replace(key, value);
+            assert!(Table::parse(&bad).is_err(), "{bad}");
+        }
     }
 }

@@ -206,7 +206,9 @@ pub struct Host;
 
 impl Atom for Host {
     const NAME: &'static str = "host";
-    const THREADS: u32 = 1;
+    /// The register datapath needs no shared memory, so any block size works: as many as the
+    /// CPU emulation runs (`emulation::MAX_THREADS`).
+    const THREADS: u32 = 64;
     const SMEM_BYTES: u32 = 0;
 
     #[inline(always)]

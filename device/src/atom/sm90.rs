@@ -17,6 +17,31 @@ const BULK_STAGES: usize = 4;
 const BULK_MIN_BYTES: usize = 64 * 1024;
 /// Where the stages' mbarriers sit, after the stage buffers.
 const BARRIERS_AT: usize = CHUNK * BULK_STAGES;
+/// How long a bulk copy may take before the kernel traps (a copy engine that never completes is
+/// a hardware or addressing fault: the launch then fails instead of hanging).
+const BULK_BOUND_NS: u64 = 10_000_000_000;
+
+/// Waits for phase `parity` of `bar`, at most [`BULK_BOUND_NS`].
+///
+/// # Safety
+/// `bar` is an initialised mbarrier in this block's shared memory.
+#[inline(always)]
+unsafe fn wait_bounded(bar: *mut u64, parity: u32) {
+    let mut tries = 0u32;
+    let mut start = 0;
+    // SAFETY: the caller guarantees `bar`.
+    while !unsafe { arch::mbarrier_try_wait_parity(bar, parity) } {
+        tries += 1;
+        if tries == 64 {
+            start = arch::global_timer_ns();
+        } else if tries > 64
+            && tries % 64 == 0
+            && arch::global_timer_ns().wrapping_sub(start) > BULK_BOUND_NS
+        {
+            arch::trap();
+        }
+    }
+}
 
 /// Copies this block's chunks of `bytes` (a multiple of 16) with the bulk engine: chunks
 /// `block, block + blocks, …` when `blocks` blocks share the range. Run by one thread per block.
@@ -66,7 +91,7 @@ unsafe fn bulk_copy(
         for c in 0..chunks {
             let stage = c % BULK_STAGES;
             let parity = ((c / BULK_STAGES) & 1) as u32;
-            while !arch::mbarrier_try_wait_parity(barrier(stage), parity) {}
+            wait_bounded(barrier(stage), parity);
             arch::bulk_store(dst.add(at(c)), smem.add(stage * CHUNK), len(c));
             arch::bulk_commit();
             // Once the store before this one has read its stage, refill that stage.

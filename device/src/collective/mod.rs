@@ -61,37 +61,303 @@ use crate::layout::{
 };
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::partition::split_bytes;
+use crate::snac::digest::{self, Digest};
 use crate::snac::latency;
 use crate::snac::staging::{Engine, Get, Streams};
 use crate::snac::sync::Call;
 use crate::snac::transfer::{self, NoReduce, Operator, Reducer, Static, Typed};
-use crate::snac::{Algorithm, CollectiveKind, Config, Plan, SnacArgs, scratch_offset};
+use crate::snac::{
+    Algorithm, CollectiveKind, Config, Plan, Refusal, SCRATCH_COUNTS, SnacArgs, scratch_offset,
+};
 use streams::{Buffers, Composed, Direct, Exchange, Gather, Scatter};
 
-/// Checks what every collective needs; records an invalid-argument fault and returns `None`
-/// if the call cannot run. Returns the number of epoch slots to keep current.
+/// Checks what every collective needs; records the refusal and returns `None` if the call
+/// cannot run. Returns the number of epoch slots to keep current.
 ///
-/// `elem` is the element size: sizes must be whole elements (V collectives: not zero).
+/// `elem` is the element size: sizes must be whole elements (V collectives: not zero);
+/// `threads` is the most threads per block the Atom's shared memory is laid out for.
 #[inline(always)]
-fn check(args: &SnacArgs, ctx: &Context, kind: CollectiveKind, elem: u64) -> Option<u32> {
-    let bad_shape = ctx.world == 0
+fn check(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    elem: u64,
+    threads: u32,
+) -> Option<u32> {
+    let block_threads = crate::arch::block_threads();
+    let refusal = if ctx.world == 0
         || ctx.world as usize > MAX_RANKS
         || ctx.rank >= ctx.world
         || args.blocks == 0
         || args.blocks as usize > MAX_BLOCKS
-        || args.block >= args.blocks;
-    let bad_sizes = if kind.is_v() {
-        args.counts.is_null() || elem == 0
+        || args.block >= args.blocks
+    {
+        Some(Refusal::Shape)
+    } else if block_threads > threads {
+        Some(Refusal::BlockThreads)
+    } else if kind.is_v() {
+        if args.counts.is_null() {
+            Some(Refusal::CountsMissing)
+        } else if elem == 0 {
+            Some(Refusal::Elements)
+        } else {
+            None
+        }
+    } else if !args.bytes.is_multiple_of(elem) {
+        Some(Refusal::Elements)
     } else {
-        !args.bytes.is_multiple_of(elem)
+        fixed_capacity(args, ctx.world, ctx.rank, kind)
     };
-    if bad_shape || bad_sizes {
+    if let Some(why) = refusal {
         if ctx.state != 0 && crate::arch::thread_index() == 0 {
-            let _ = Call::detached(ctx, kind, args.block).invalid();
+            let _ = Call::detached(ctx, kind, args.block).refuse(
+                why,
+                0,
+                threads as u64,
+                block_threads as u64,
+            );
         }
         return None;
     }
     Some(args.coll_blocks.clamp(args.blocks, MAX_BLOCKS as u32))
+}
+
+/// A fixed-size collective's buffers against their capacities: `None` when they hold what the
+/// call moves.
+#[inline(always)]
+fn fixed_capacity(args: &SnacArgs, world: u32, rank: u32, kind: CollectiveKind) -> Option<Refusal> {
+    let (b, w) = (args.bytes, world as u64);
+    let Some(all) = b.checked_mul(w) else {
+        return Some(Refusal::SizeOverflow);
+    };
+    let (src, dst) = match kind {
+        CollectiveKind::AllReduce => (b, b),
+        CollectiveKind::AllGather => (b, all),
+        CollectiveKind::ReduceScatter => (all, b),
+        _ => (all, all),
+    };
+    if src > args.src_bytes {
+        Some(Refusal::SourceTooSmall)
+    } else if dst > args.dst_bytes {
+        Some(Refusal::DestinationTooSmall)
+    } else if !aliasing_allowed(args, kind, src, dst, b.saturating_mul(rank as u64)) {
+        Some(Refusal::Overlap)
+    } else {
+        None
+    }
+}
+
+/// Whether `src` (`src_len` bytes used) and `dst` (`dst_len`) may share memory the way they do:
+/// not at all, or as the collective's in-place form allows (`part` is this rank's part's
+/// offset).
+#[inline(always)]
+fn aliasing_allowed(
+    args: &SnacArgs,
+    kind: CollectiveKind,
+    src_len: u64,
+    dst_len: u64,
+    part: u64,
+) -> bool {
+    let (s, d) = (args.src as u64, args.dst as u64);
+    let overlap = src_len > 0
+        && dst_len > 0
+        && s < d.saturating_add(dst_len)
+        && d < s.saturating_add(src_len);
+    if !overlap {
+        return true;
+    }
+    match kind {
+        CollectiveKind::AllReduce => s == d,
+        CollectiveKind::AllGather | CollectiveKind::AllGatherV => d.checked_add(part) == Some(s),
+        CollectiveKind::ReduceScatter | CollectiveKind::ReduceScatterV => {
+            s.checked_add(part) == Some(d)
+        }
+        _ => false,
+    }
+}
+
+/// What the digest says of a collective, besides the plan: its element and operator codes.
+#[derive(Clone, Copy)]
+struct Identity {
+    kind: CollectiveKind,
+    element: u8,
+    operator: u8,
+}
+
+impl Identity {
+    /// A copy collective (V forms: of `elem`-byte elements).
+    const fn copy(kind: CollectiveKind, elem: u32) -> Self {
+        Self {
+            kind,
+            element: if elem > 0x7f { 0x7f } else { elem as u8 },
+            operator: 0,
+        }
+    }
+
+    /// A reduction of `T` with `op`.
+    fn reduction<T: Element, P: Operator>(kind: CollectiveKind, op: P) -> Self {
+        Self {
+            kind,
+            element: 0x80 | T::DTYPE as u8,
+            operator: op.kind() as u8 + 1,
+        }
+    }
+
+    /// The call digest (see `snac::digest`): `size` is the bytes of a fixed-size call or the
+    /// `max_count` of a V call; `counts` the counts packet.
+    fn digest(self, args: &SnacArgs, ctx: &Context, plan: &Plan, size: u64, counts: u64) -> Digest {
+        let algorithm = if self.kind == CollectiveKind::AllReduce {
+            plan.algorithm
+        } else {
+            0
+        };
+        [
+            digest::shape(
+                self.kind,
+                self.element,
+                self.operator,
+                plan.mode,
+                algorithm,
+                args.blocks,
+            ),
+            size,
+            digest::plan_word(plan, ctx),
+            counts,
+        ]
+    }
+}
+
+/// This block's SNAC scratch in its shared memory.
+///
+/// # Safety
+/// `args.smem` holds `smem_bytes::<A>()` bytes (the entry points' contract).
+#[inline(always)]
+unsafe fn scratch<A: Atom>(args: &SnacArgs) -> *mut u8 {
+    // SAFETY: the caller's contract.
+    unsafe { args.smem.add(scratch_offset::<A>() as usize) }
+}
+
+/// The V counts of this call, read once from `args.counts` (thread 0) into the block's scratch
+/// and checked there: every count at most `args.max_count`, no sum or byte size past 64 bits,
+/// and this rank's buffers large enough for what the counts describe. Records the refusal and
+/// returns `None` otherwise; else the validated counts (`n` values in shared memory, which the
+/// layouts then read: a count rewritten during the call cannot bypass the check) and the
+/// digest's counts packet. Every thread calls.
+///
+/// # Safety
+/// `args.counts` valid for `n` values (`world`, or `2 × world` for AllToAllV); `scratch` as
+/// [`scratch`] returns.
+#[inline(never)]
+unsafe fn validated_counts(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    elem: u64,
+    scratch: *mut u8,
+) -> Option<(*const u64, u64)> {
+    let w = ctx.world as usize;
+    let n = if kind == CollectiveKind::AllToAllV {
+        2 * w
+    } else {
+        w
+    };
+    // SAFETY: the scratch holds SNAC_SMEM_BYTES (2 × MAX_RANKS counts, the status words).
+    let (counts, status) = unsafe {
+        (
+            scratch.add(SCRATCH_COUNTS) as *mut u64,
+            scratch.add(crate::snac::SCRATCH_STATUS) as *mut u64,
+        )
+    };
+    if crate::arch::thread_index() == 0 {
+        let mut sums = [0u64; 2];
+        let mut refusal: Option<(Refusal, u32, u64, u64)> = None;
+        let mut words = [0u64; 2 * MAX_RANKS];
+        for (i, word) in words.iter_mut().enumerate().take(n) {
+            // SAFETY: the caller guarantees `n` counts; volatile, since a graph replay may
+            // have rewritten them.
+            let c = unsafe { args.counts.add(i).read_volatile() };
+            *word = c;
+            // SAFETY: inside the scratch.
+            unsafe { counts.add(i).write_volatile(c) };
+            if refusal.is_none() && c > args.max_count {
+                refusal = Some((Refusal::CountAboveMax, i as u32, args.max_count, c));
+            }
+            let half = i / w;
+            match sums[half].checked_add(c) {
+                Some(s) => sums[half] = s,
+                None if refusal.is_none() => {
+                    refusal = Some((Refusal::SizeOverflow, i as u32, u64::MAX, c))
+                }
+                None => {}
+            }
+        }
+        let mine = words[ctx.rank as usize];
+        let before: u64 = words[..ctx.rank as usize]
+            .iter()
+            .fold(0u64, |a, &c| a.saturating_add(c));
+        let (src, dst) = match kind {
+            CollectiveKind::AllGatherV => (mine.checked_mul(elem), sums[0].checked_mul(elem)),
+            CollectiveKind::ReduceScatterV => (sums[0].checked_mul(elem), mine.checked_mul(elem)),
+            _ => (sums[0].checked_mul(elem), sums[1].checked_mul(elem)),
+        };
+        if refusal.is_none() {
+            refusal = match (src, dst) {
+                (None, _) | (_, None) => Some((Refusal::SizeOverflow, 0, u64::MAX, u64::MAX)),
+                (Some(s), _) if s > args.src_bytes => {
+                    Some((Refusal::SourceTooSmall, ctx.rank, args.src_bytes, s))
+                }
+                (_, Some(d)) if d > args.dst_bytes => {
+                    Some((Refusal::DestinationTooSmall, ctx.rank, args.dst_bytes, d))
+                }
+                (Some(s), Some(d))
+                    if !aliasing_allowed(args, kind, s, d, before.saturating_mul(elem)) =>
+                {
+                    Some((Refusal::Overlap, ctx.rank, 0, 0))
+                }
+                _ => None,
+            };
+        }
+        let word = match refusal {
+            Some((why, index, bound, value)) => {
+                if ctx.state != 0 {
+                    let _ = Call::detached(ctx, kind, args.block).refuse(why, index, bound, value);
+                }
+                u64::MAX
+            }
+            None if kind == CollectiveKind::AllToAllV => digest::PER_PAIR - 1,
+            None => digest::hash(&words[..n]) as u64,
+        };
+        // SAFETY: inside the scratch.
+        unsafe { status.write_volatile(word) };
+    }
+    crate::arch::sync_block();
+    // SAFETY: written by thread 0 before the barrier; rewritten only by the next call.
+    match unsafe { status.read_volatile() } {
+        u64::MAX => None,
+        w if w == digest::PER_PAIR - 1 => Some((counts as *const u64, digest::PER_PAIR)),
+        w => Some((counts as *const u64, w)),
+    }
+}
+
+/// A call that moves nothing on any rank (0 bytes, or every V count 0): the ranks still meet,
+/// so that every call advances every rank's epochs alike and compares digests. Every thread
+/// of every block calls.
+///
+/// # Safety
+/// As the entry points.
+#[inline(never)]
+unsafe fn empty<A: Atom>(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    coll_blocks: u32,
+    digest: &Digest,
+) {
+    // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
+    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) };
+    call.announce_arrival();
+    let _ = call.await_digests();
+    call.finish(1, args.blocks, coll_blocks);
 }
 
 /// This block's share of a local copy (world 1), in whole 16-byte units.
@@ -146,6 +412,7 @@ unsafe fn local_reduce<A: Atom, R: Reducer>(
 /// # Safety
 /// The streams describe valid buffers; every rank makes the same call.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
     args: &SnacArgs,
     ctx: &Context,
@@ -154,11 +421,11 @@ unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
     coll_blocks: u32,
     streams: &S,
     reducer: R,
+    digest: &Digest,
 ) {
-    // SAFETY: `args.smem` holds `smem_bytes::<A>()` bytes (the entry points' contract).
-    let scratch = unsafe { args.smem.add(scratch_offset::<A>() as usize) };
-    // SAFETY: `ctx` is valid and `args.block < MAX_BLOCKS` (checked).
-    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch) };
+    // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` is valid and `args.block <
+    // MAX_BLOCKS` (checked).
+    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) };
     call.announce_arrival();
     let Ok(engine) = Engine::new(&call, streams, plan, args.smem) else {
         return;
@@ -255,17 +522,20 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
     op: P,
 ) {
     let kind = CollectiveKind::AllReduce;
-    let Some(coll_blocks) = check(args, ctx, kind, core::mem::size_of::<T>() as u64) else {
+    let size = core::mem::size_of::<T>() as u64;
+    let Some(coll_blocks) = check(args, ctx, kind, size, A::THREADS) else {
         return;
     };
     let bytes = args.bytes;
-    if bytes == 0 {
-        return;
-    }
     let reducer = Typed::<T, P>::new(op);
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
         return unsafe { local_reduce::<A, _>(args, reducer, args.dst, args.src, bytes) };
+    }
+    let digest = Identity::reduction::<T, P>(kind, op).digest(args, ctx, plan, bytes, 0);
+    if bytes == 0 {
+        // SAFETY: forwarded contract.
+        return unsafe { empty::<A>(args, ctx, kind, coll_blocks, &digest) };
     }
     let algorithm = all_reduce_algorithm(plan, bytes, ctx.world, ctx.latency_window_bytes);
     let b = Buffers {
@@ -277,14 +547,8 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
     match algorithm {
         Algorithm::OneShot | Algorithm::TwoShot => {
             // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
-            let mut call = unsafe {
-                Call::begin(
-                    ctx,
-                    kind,
-                    args.block,
-                    args.smem.add(scratch_offset::<A>() as usize),
-                )
-            };
+            let mut call =
+                unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), &digest) };
             call.announce_arrival();
             let (dst, src, blocks) = (args.dst, args.src, args.blocks);
             // SAFETY (both arms): forwarded contract; the payload fits the windows (checked by
@@ -299,7 +563,18 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
         _ if ctx.world == 2 => {
             let streams = Direct { b, bytes };
             // SAFETY: forwarded contract.
-            unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, reducer) }
+            unsafe {
+                staged::<A, _, _>(
+                    args,
+                    ctx,
+                    kind,
+                    plan,
+                    coll_blocks,
+                    &streams,
+                    reducer,
+                    &digest,
+                )
+            }
         }
         _ => {
             let streams = Composed {
@@ -310,7 +585,18 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
                 },
             };
             // SAFETY: forwarded contract.
-            unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, reducer) }
+            unsafe {
+                staged::<A, _, _>(
+                    args,
+                    ctx,
+                    kind,
+                    plan,
+                    coll_blocks,
+                    &streams,
+                    reducer,
+                    &digest,
+                )
+            }
         }
     }
 }
@@ -389,30 +675,38 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
     } else {
         CollectiveKind::ReduceScatter
     };
-    let size = core::mem::size_of::<T>();
-    let Some(coll_blocks) = check(args, ctx, kind, size as u64) else {
+    let size = core::mem::size_of::<T>() as u64;
+    let Some(coll_blocks) = check(args, ctx, kind, size, A::THREADS) else {
         return;
     };
     let reducer = Typed::<T, P>::new(op);
+    let id = Identity::reduction::<T, P>(kind, op);
     if V {
+        // SAFETY: forwarded contract (`world` counts).
+        let Some((counts, word)) =
+            (unsafe { validated_counts(args, ctx, kind, size, scratch::<A>(args)) })
+        else {
+            return;
+        };
         let layout = ScatteredV {
-            counts: args.counts,
+            counts,
             elem_bytes: size as u32,
         };
-        if layout.max_part(ctx.world) != Some(0) {
-            // SAFETY: forwarded contract.
-            unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer) }
-        }
-    } else if args.bytes != 0 {
-        let layout = Scattered { bytes: args.bytes };
+        let digest = id.digest(args, ctx, plan, args.max_count, word);
         // SAFETY: forwarded contract.
-        unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer) }
+        unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest) }
+    } else {
+        let layout = Scattered { bytes: args.bytes };
+        let digest = id.digest(args, ctx, plan, args.bytes, 0);
+        // SAFETY: forwarded contract.
+        unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest) }
     }
 }
 
 /// # Safety
 /// As [`reduce_scatter`].
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
     args: &SnacArgs,
     ctx: &Context,
@@ -421,6 +715,7 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
     coll_blocks: u32,
     layout: L,
     reducer: R,
+    digest: &Digest,
 ) {
     if ctx.world == 1 {
         let (offset, len) = layout.part(0, 0);
@@ -428,6 +723,10 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
         return unsafe {
             local_reduce::<A, R>(args, reducer, args.dst, args.src.add(offset as usize), len)
         };
+    }
+    if layout.max_part(ctx.world) == Some(0) {
+        // SAFETY: forwarded contract.
+        return unsafe { empty::<A>(args, ctx, kind, coll_blocks, digest) };
     }
     let streams = Scatter {
         b: Buffers {
@@ -439,7 +738,18 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
         src: layout,
     };
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, _, R>(args, ctx, kind, plan, coll_blocks, &streams, reducer) }
+    unsafe {
+        staged::<A, _, R>(
+            args,
+            ctx,
+            kind,
+            plan,
+            coll_blocks,
+            &streams,
+            reducer,
+            digest,
+        )
+    }
 }
 
 /// AllGather: part `p` of every rank's `dst` (`world × args.bytes` bytes) is rank `p`'s `src`
@@ -450,69 +760,57 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
 #[inline(always)]
 pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllGather;
-    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, 1, A::THREADS) else {
         return;
     };
-    if args.bytes == 0 {
-        return;
-    }
     let (src, dst) = (
         Packed { bytes: args.bytes },
         Scattered { bytes: args.bytes },
     );
+    let plan = C::plan(&args.plan);
+    let digest = Identity::copy(kind, 1).digest(&args, &ctx, &plan, args.bytes, 0);
     // SAFETY: forwarded contract.
-    unsafe {
-        gather_with::<A, _, _>(
-            &args,
-            &ctx,
-            kind,
-            &C::plan(&args.plan),
-            coll_blocks,
-            src,
-            dst,
-        )
-    }
+    unsafe { gather_with::<A, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements of `args.elem_bytes` bytes (`world`
 /// counts in memory at `args.counts`, the same on every rank); every `dst` holds all
-/// contributions in rank order.
+/// contributions in rank order. Counts above `args.max_count`, or that need more than
+/// `args.src_bytes` / `args.dst_bytes`, are refused before any byte moves.
 ///
 /// # Safety
 /// As [`all_gather`]; `args.counts` valid for `world` values while the call runs.
 #[inline(always)]
 pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllGatherV;
-    let Some(coll_blocks) = check(&args, &ctx, kind, args.elem_bytes as u64) else {
+    let elem = args.elem_bytes as u64;
+    let Some(coll_blocks) = check(&args, &ctx, kind, elem, A::THREADS) else {
+        return;
+    };
+    // SAFETY: forwarded contract (`world` counts).
+    let Some((counts, word)) =
+        (unsafe { validated_counts(&args, &ctx, kind, elem, scratch::<A>(&args)) })
+    else {
         return;
     };
     let src = PackedV {
-        counts: args.counts,
+        counts,
         elem_bytes: args.elem_bytes,
     };
     let dst = ScatteredV {
-        counts: args.counts,
+        counts,
         elem_bytes: args.elem_bytes,
     };
-    if dst.max_part(ctx.world) == Some(0) {
-        return;
-    }
+    let plan = C::plan(&args.plan);
+    let digest =
+        Identity::copy(kind, args.elem_bytes).digest(&args, &ctx, &plan, args.max_count, word);
     // SAFETY: forwarded contract.
-    unsafe {
-        gather_with::<A, _, _>(
-            &args,
-            &ctx,
-            kind,
-            &C::plan(&args.plan),
-            coll_blocks,
-            src,
-            dst,
-        )
-    }
+    unsafe { gather_with::<A, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
 
 /// # Safety
 /// As [`all_gather`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
     args: &SnacArgs,
     ctx: &Context,
@@ -521,6 +819,7 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
     coll_blocks: u32,
     src: S,
     dst: D,
+    digest: &Digest,
 ) {
     let streams = Gather {
         b: Buffers {
@@ -535,8 +834,23 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
     if ctx.world == 1 {
         return local::<A, _>(args, &streams);
     }
+    if streams.dst.max_part(ctx.world) == Some(0) {
+        // SAFETY: forwarded contract.
+        return unsafe { empty::<A>(args, ctx, kind, coll_blocks, digest) };
+    }
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, NoReduce) }
+    unsafe {
+        staged::<A, _, _>(
+            args,
+            ctx,
+            kind,
+            plan,
+            coll_blocks,
+            &streams,
+            NoReduce,
+            digest,
+        )
+    }
 }
 
 /// World 1: run the one local stream (consumer stream 0) over all blocks.
@@ -555,67 +869,86 @@ fn local<A: Atom, S: Streams>(args: &SnacArgs, streams: &S) {
 #[inline(always)]
 pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllToAll;
-    let Some(coll_blocks) = check(&args, &ctx, kind, 1) else {
+    let Some(coll_blocks) = check(&args, &ctx, kind, 1, A::THREADS) else {
         return;
     };
-    if args.bytes == 0 {
-        return;
-    }
     let (src, dst) = (
         Scattered { bytes: args.bytes },
         Transposed { bytes: args.bytes },
     );
+    let plan = C::plan(&args.plan);
+    let digest = Identity::copy(kind, 1).digest(&args, &ctx, &plan, args.bytes, 0);
+    let empty_call = args.bytes == 0;
     // SAFETY: forwarded contract.
     unsafe {
         exchange_with::<A, _, _>(
             &args,
             &ctx,
             kind,
-            &C::plan(&args.plan),
+            &plan,
             coll_blocks,
             src,
             dst,
+            &digest,
+            empty_call,
         )
     }
 }
 
 /// AllToAllV: `args.counts` holds `2 × world` counts: the elements this rank sends to each
 /// rank, then the elements it receives from each rank (what rank `p` sends here must equal
-/// what this rank receives from `p`). `src` and `dst` hold the parts in rank order.
+/// what this rank receives from `p`: a mismatch is a fault naming both ranks). `src` and `dst`
+/// hold the parts in rank order. Counts above `args.max_count`, or that need more than
+/// `args.src_bytes` / `args.dst_bytes`, are refused before any byte moves.
 ///
 /// # Safety
 /// As [`all_to_all`]; `args.counts` valid for `2 × world` values while the call runs.
 #[inline(always)]
 pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let kind = CollectiveKind::AllToAllV;
-    let Some(coll_blocks) = check(&args, &ctx, kind, args.elem_bytes as u64) else {
+    let elem = args.elem_bytes as u64;
+    let Some(coll_blocks) = check(&args, &ctx, kind, elem, A::THREADS) else {
+        return;
+    };
+    // SAFETY: forwarded contract (`2 × world` counts).
+    let Some((counts, word)) =
+        (unsafe { validated_counts(&args, &ctx, kind, elem, scratch::<A>(&args)) })
+    else {
         return;
     };
     let src = ScatteredV {
-        counts: args.counts,
+        counts,
         elem_bytes: args.elem_bytes,
     };
-    // SAFETY: `counts` holds 2 × world values (the contract).
+    // SAFETY: the validated counts hold 2 × world values.
     let dst = TransposedV {
-        counts: unsafe { args.counts.add(ctx.world as usize) },
+        counts: unsafe { counts.add(ctx.world as usize) },
         elem_bytes: args.elem_bytes,
     };
+    let plan = C::plan(&args.plan);
+    let digest =
+        Identity::copy(kind, args.elem_bytes).digest(&args, &ctx, &plan, args.max_count, word);
+    // AllToAllV always runs the protocol: a rank with nothing to send or receive still agrees
+    // on the size with the others.
     // SAFETY: forwarded contract.
     unsafe {
         exchange_with::<A, _, _>(
             &args,
             &ctx,
             kind,
-            &C::plan(&args.plan),
+            &plan,
             coll_blocks,
             src,
             dst,
+            &digest,
+            false,
         )
     }
 }
 
 /// # Safety
 /// As [`all_to_all`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
     args: &SnacArgs,
     ctx: &Context,
@@ -624,6 +957,8 @@ unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
     coll_blocks: u32,
     src: S,
     dst: D,
+    digest: &Digest,
+    empty_call: bool,
 ) {
     let streams = Exchange {
         b: Buffers {
@@ -638,6 +973,21 @@ unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
     if ctx.world == 1 {
         return local::<A, _>(args, &streams);
     }
+    if empty_call {
+        // SAFETY: forwarded contract.
+        return unsafe { empty::<A>(args, ctx, kind, coll_blocks, digest) };
+    }
     // SAFETY: forwarded contract.
-    unsafe { staged::<A, _, _>(args, ctx, kind, plan, coll_blocks, &streams, NoReduce) }
+    unsafe {
+        staged::<A, _, _>(
+            args,
+            ctx,
+            kind,
+            plan,
+            coll_blocks,
+            &streams,
+            NoReduce,
+            digest,
+        )
+    }
 }

@@ -134,9 +134,14 @@ impl SignalKind {
 pub enum FaultKind {
     /// A wait ran past `Context::timeout_ns`.
     Timeout = 1,
-    /// The arguments cannot be run (too many blocks or ranks, staging too small, counts
-    /// missing, a size that is not a whole number of elements).
+    /// The arguments cannot be run (see [`Refusal`] for why): the rank refused the call before
+    /// touching any buffer.
     InvalidArgument = 2,
+    /// A peer's call differs from this rank's in something every rank must agree on (see
+    /// [`DigestField`]).
+    DigestMismatch = 3,
+    /// A peer faulted first; its abort record ended this rank's waits.
+    PeerFaulted = 4,
 }
 
 impl FaultKind {
@@ -145,7 +150,140 @@ impl FaultKind {
         match v {
             1 => Some(Self::Timeout),
             2 => Some(Self::InvalidArgument),
+            3 => Some(Self::DigestMismatch),
+            4 => Some(Self::PeerFaulted),
             _ => None,
+        }
+    }
+}
+
+/// Why a rank refused a call ([`FaultKind::InvalidArgument`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Refusal {
+    /// No reason recorded.
+    Unknown = 0,
+    /// World, rank, block index or block count out of range.
+    Shape = 1,
+    /// More threads per block than the Atom's shared memory is laid out for.
+    BlockThreads = 2,
+    /// A size that is not a whole number of elements (or zero-sized elements).
+    Elements = 3,
+    /// V counts missing (null).
+    CountsMissing = 4,
+    /// A V count above the call's `max_count` (the value and its index are in the fault).
+    CountAboveMax = 5,
+    /// A sum or product of sizes does not fit 64 bits.
+    SizeOverflow = 6,
+    /// The input buffer is smaller than the counts describe.
+    SourceTooSmall = 7,
+    /// The output buffer is smaller than the counts describe.
+    DestinationTooSmall = 8,
+    /// Staging cannot hold one 16-byte unit per region.
+    StagingTooSmall = 9,
+    /// Input and output overlap other than the way the collective allows (AllReduce: the same
+    /// buffer; AllGather(V): the input is this rank's part of the output; ReduceScatter(V): the
+    /// output is this rank's part of the input; AllToAll(V): not at all).
+    Overlap = 10,
+}
+
+impl Refusal {
+    /// The reason with this value (`Unknown` for others).
+    pub const fn from_u32(v: u32) -> Self {
+        match v {
+            1 => Self::Shape,
+            2 => Self::BlockThreads,
+            3 => Self::Elements,
+            4 => Self::CountsMissing,
+            5 => Self::CountAboveMax,
+            6 => Self::SizeOverflow,
+            7 => Self::SourceTooSmall,
+            8 => Self::DestinationTooSmall,
+            9 => Self::StagingTooSmall,
+            10 => Self::Overlap,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// A short description.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Self::Unknown => "invalid arguments",
+            Self::Shape => "world, rank or block count out of range",
+            Self::BlockThreads => "more threads per block than the Atom supports",
+            Self::Elements => "a size that is not a whole number of elements",
+            Self::CountsMissing => "no counts",
+            Self::CountAboveMax => "a count above max_count",
+            Self::SizeOverflow => "sizes that overflow 64 bits",
+            Self::SourceTooSmall => "an input buffer smaller than the counts describe",
+            Self::DestinationTooSmall => "an output buffer smaller than the counts describe",
+            Self::StagingTooSmall => "staging too small for the call",
+            Self::Overlap => "input and output overlap in a way this collective does not allow",
+        }
+    }
+}
+
+/// What two ranks' calls disagree on ([`FaultKind::DigestMismatch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DigestField {
+    /// Nothing (not a digest fault).
+    None = 0,
+    /// The collective.
+    Collective = 1,
+    /// The element type (reductions) or element size (copy V collectives).
+    Element = 2,
+    /// The reduction operator.
+    Operator = 3,
+    /// The reduction mode.
+    Mode = 4,
+    /// The AllReduce algorithm.
+    Algorithm = 5,
+    /// The number of blocks.
+    Blocks = 6,
+    /// The size in bytes (fixed-size collectives) or `max_count` (V collectives).
+    Size = 7,
+    /// The plan (chunk size, producer blocks, thresholds).
+    Plan = 8,
+    /// The workspace layout (staging half, latency window, world).
+    Workspace = 9,
+    /// The V counts: AllGatherV and ReduceScatterV counts differ between the ranks, or (AllToAllV)
+    /// what the peer sends here differs from what this rank expects from it.
+    Counts = 10,
+}
+
+impl DigestField {
+    /// The field with this value (`None` for others).
+    pub const fn from_u32(v: u32) -> Self {
+        match v {
+            1 => Self::Collective,
+            2 => Self::Element,
+            3 => Self::Operator,
+            4 => Self::Mode,
+            5 => Self::Algorithm,
+            6 => Self::Blocks,
+            7 => Self::Size,
+            8 => Self::Plan,
+            9 => Self::Workspace,
+            10 => Self::Counts,
+            _ => Self::None,
+        }
+    }
+
+    /// The field's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::None => "nothing",
+            Self::Collective => "collective",
+            Self::Element => "element type",
+            Self::Operator => "operator",
+            Self::Mode => "reduction mode",
+            Self::Algorithm => "algorithm",
+            Self::Blocks => "block count",
+            Self::Size => "size",
+            Self::Plan => "plan",
+            Self::Workspace => "workspace layout",
+            Self::Counts => "counts",
         }
     }
 }
@@ -177,10 +315,13 @@ pub struct FaultRecord {
     pub epoch: u64,
     /// The flag value awaited.
     pub awaited: u64,
-    /// The last value seen.
+    /// The last value seen (a refusal: the offending value; a digest fault: the peer's
+    /// value; a peer's fault: the time it faulted, ns of `%globaltimer`).
     pub observed: u64,
-    /// Reserved, zero.
-    pub reserved: u64,
+    /// What else the kind needs: a refusal's [`Refusal`] (low 32 bits) and the index of the
+    /// offending count (high 32); a digest fault's [`DigestField`]; a peer's fault, that
+    /// fault's cause ([`Fault::cause_code`]).
+    pub detail: u64,
 }
 
 const _: () =
@@ -204,7 +345,7 @@ impl FaultRecord {
             epoch: u64_at(32),
             awaited: u64_at(40),
             observed: u64_at(48),
-            reserved: u64_at(56),
+            detail: u64_at(56),
         }
     }
 }
@@ -246,10 +387,12 @@ pub struct Fault {
     pub epoch: u64,
     /// The flag awaited.
     pub awaited: u64,
-    /// The last value seen.
+    /// The last value seen (see [`FaultRecord::observed`]).
     pub observed: u64,
     /// How many blocks of this rank faulted.
     pub count: u32,
+    /// The kind's details (see [`FaultRecord::detail`]).
+    pub detail: u64,
 }
 
 impl Fault {
@@ -275,35 +418,106 @@ impl Fault {
             awaited: r.awaited,
             observed: r.observed,
             count: r.count,
+            detail: r.detail,
         })
+    }
+
+    /// Why the call was refused ([`FaultKind::InvalidArgument`]).
+    pub const fn refusal(&self) -> Refusal {
+        Refusal::from_u32(self.detail as u32)
+    }
+
+    /// The index of the offending count of a refusal (V collectives).
+    pub const fn refused_index(&self) -> u32 {
+        (self.detail >> 32) as u32
+    }
+
+    /// The field two ranks disagree on ([`FaultKind::DigestMismatch`]).
+    pub const fn field(&self) -> DigestField {
+        DigestField::from_u32(self.detail as u32)
+    }
+
+    /// This fault packed into the `u64` a rank's abort record carries to its peers: kind,
+    /// collective, peer, signal, whether the peer was missing, and the refusal or field.
+    pub const fn cause_code(&self) -> u64 {
+        (self.kind as u64)
+            | ((self.collective as u64) << 8)
+            | ((self.peer as u64 & 0xff) << 16)
+            | ((self.signal as u64) << 24)
+            | ((self.peer_missing as u64) << 32)
+            | ((self.detail & 0xff) << 40)
+    }
+
+    /// The first fault of rank `rank`, unpacked from its [`cause_code`](Self::cause_code)
+    /// (`None` for a code that is no fault).
+    pub const fn from_cause(rank: u32, code: u64, time: u64) -> Option<Self> {
+        let Some(kind) = FaultKind::from_u32((code & 0xff) as u32) else {
+            return None;
+        };
+        let Some(collective) = CollectiveKind::from_u32(((code >> 8) & 0xff) as u32) else {
+            return None;
+        };
+        let Some(signal) = SignalKind::from_u32(((code >> 24) & 0xff) as u32) else {
+            return None;
+        };
+        Some(Self {
+            kind,
+            collective,
+            rank,
+            peer: ((code >> 16) & 0xff) as u32,
+            peer_missing: (code >> 32) & 1 == 1,
+            block: 0,
+            signal,
+            epoch: 0,
+            awaited: 0,
+            observed: time,
+            count: 1,
+            detail: (code >> 40) & 0xff,
+        })
+    }
+
+    /// For a [`FaultKind::PeerFaulted`] fault: the peer's first fault.
+    pub const fn first(&self) -> Option<Self> {
+        match self.kind {
+            FaultKind::PeerFaulted => Self::from_cause(self.peer, self.detail, self.observed),
+            _ => None,
+        }
     }
 }
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.collective.name();
         match self.kind {
             FaultKind::InvalidArgument => {
                 write!(
                     f,
-                    "{} on rank {}: invalid arguments (block {})",
-                    self.collective.name(),
+                    "{name} refused on rank {}: {}",
                     self.rank,
-                    self.block
-                )
+                    self.refusal().describe()
+                )?;
+                match self.refusal() {
+                    Refusal::CountAboveMax
+                    | Refusal::SourceTooSmall
+                    | Refusal::DestinationTooSmall => write!(
+                        f,
+                        " (count {} at index {}: {} bytes needed)",
+                        self.observed,
+                        self.refused_index(),
+                        self.awaited
+                    ),
+                    Refusal::BlockThreads => write!(f, " ({} threads)", self.observed),
+                    _ => Ok(()),
+                }
             }
             FaultKind::Timeout if self.peer_missing => write!(
                 f,
-                "{} timed out on rank {} (block {}): rank {} never joined the call (epoch {})",
-                self.collective.name(),
-                self.rank,
-                self.block,
-                self.peer,
-                self.epoch
+                "{name} timed out on rank {} (block {}): rank {} never launched the call (epoch {})",
+                self.rank, self.block, self.peer, self.epoch
             ),
             FaultKind::Timeout => write!(
                 f,
-                "{} timed out on rank {} (block {}) waiting for {} from rank {}: flag {} awaited, {} seen (epoch {})",
-                self.collective.name(),
+                "{name} timed out on rank {} (block {}) waiting for {} from rank {}: flag {} awaited, {} seen (epoch {})",
                 self.rank,
                 self.block,
                 self.signal.describe(),
@@ -312,6 +526,64 @@ impl fmt::Display for Fault {
                 self.observed,
                 self.epoch
             ),
+            FaultKind::DigestMismatch => write!(
+                f,
+                "{name} on rank {} and rank {} disagree on the {}: {} here, {} there (epoch {})",
+                self.rank,
+                self.peer,
+                self.field().name(),
+                self.awaited,
+                self.observed,
+                self.epoch
+            ),
+            FaultKind::PeerFaulted => match self.first() {
+                Some(first) => write!(
+                    f,
+                    "{name} on rank {} stopped: rank {} faulted first ({})",
+                    self.rank,
+                    self.peer,
+                    first.cause()
+                ),
+                None => write!(
+                    f,
+                    "{name} on rank {} stopped: rank {} faulted first",
+                    self.rank, self.peer
+                ),
+            },
         }
+    }
+}
+
+impl Fault {
+    /// A short cause, as a peer learns it from the abort record.
+    pub fn cause(&self) -> impl fmt::Display + '_ {
+        struct Cause<'a>(&'a Fault);
+        impl fmt::Display for Cause<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let c = self.0;
+                match c.kind {
+                    FaultKind::InvalidArgument => {
+                        write!(f, "it refused the call: {}", c.refusal().describe())
+                    }
+                    FaultKind::Timeout if c.peer_missing => {
+                        write!(f, "timed out: rank {} never launched the call", c.peer)
+                    }
+                    FaultKind::Timeout => write!(
+                        f,
+                        "timed out waiting for {} from rank {}",
+                        c.signal.describe(),
+                        c.peer
+                    ),
+                    FaultKind::DigestMismatch => write!(
+                        f,
+                        "its call and rank {}'s disagree on the {}",
+                        c.peer,
+                        c.field().name()
+                    ),
+                    FaultKind::PeerFaulted => write!(f, "stopped by rank {}", c.peer),
+                }
+            }
+        }
+        Cause(self)
     }
 }

@@ -73,6 +73,7 @@
 //! ```
 
 pub mod assign;
+pub mod digest;
 pub mod epoch;
 mod fault;
 pub(crate) mod latency;
@@ -81,12 +82,20 @@ pub(crate) mod staging;
 pub(crate) mod sync;
 pub(crate) mod transfer;
 
-pub use fault::{CollectiveKind, Fault, FaultKind, FaultRecord, SignalKind};
+pub use fault::{CollectiveKind, DigestField, Fault, FaultKind, FaultRecord, Refusal, SignalKind};
 
 use crate::atom::Atom;
 
-/// Bytes of shared memory SNAC needs for itself, after the Atom's.
-pub const SNAC_SMEM_BYTES: u32 = 64;
+/// Bytes of shared memory SNAC needs for itself, after the Atom's: block-wide broadcast words,
+/// the call's epoch and digest, and the V collectives' validated counts (`2 × MAX_RANKS`).
+pub const SNAC_SMEM_BYTES: u32 = SCRATCH_COUNTS as u32 + 2 * crate::context::MAX_RANKS as u32 * 8;
+
+/// Where in SNAC's scratch the call digest lies (bytes).
+pub(crate) const SCRATCH_DIGEST: usize = 16;
+/// Where in SNAC's scratch the validation status of the V counts lies (bytes).
+pub(crate) const SCRATCH_STATUS: usize = 48;
+/// Where in SNAC's scratch the validated V counts lie (bytes).
+pub(crate) const SCRATCH_COUNTS: usize = 64;
 
 /// Dynamic shared memory a collective kernel with Atom `A` needs per block: the Atom's
 /// pipeline, then SNAC's scratch words (block-wide broadcasts).
@@ -289,6 +298,14 @@ pub struct SnacArgs {
     pub smem: *mut u8,
     /// The tuning knobs (see [`Config`]).
     pub plan: Plan,
+    /// Bytes the caller's `src` holds (`u64::MAX`: unknown, the caller vouches for the sizes).
+    /// V collectives refuse counts that need more.
+    pub src_bytes: u64,
+    /// Bytes the caller's `dst` holds (`u64::MAX`: unknown).
+    pub dst_bytes: u64,
+    /// V collectives: the largest count any entry may hold, the same on every rank
+    /// (`u64::MAX`: no bound). Larger counts are refused.
+    pub max_count: u64,
 }
 
 // SAFETY: plain addresses and sizes; the collective's contract says who may touch the memory.
@@ -310,6 +327,24 @@ impl SnacArgs {
             block: 0,
             smem: core::ptr::null_mut(),
             plan: Plan::DEFAULT,
+            src_bytes: u64::MAX,
+            dst_bytes: u64::MAX,
+            max_count: u64::MAX,
         }
+    }
+
+    /// With the capacities of the caller's buffers (bytes), which the V collectives check their
+    /// counts against, and the largest count any entry may hold.
+    ///
+    /// ```
+    /// use purlin_device::snac::SnacArgs;
+    /// let args = SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 0, 1).bounded(64, 256, 16);
+    /// assert_eq!((args.src_bytes, args.dst_bytes, args.max_count), (64, 256, 16));
+    /// ```
+    pub const fn bounded(mut self, src_bytes: u64, dst_bytes: u64, max_count: u64) -> Self {
+        self.src_bytes = src_bytes;
+        self.dst_bytes = dst_bytes;
+        self.max_count = max_count;
+        self
     }
 }

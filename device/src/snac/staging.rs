@@ -202,7 +202,12 @@ impl<'a, S: Streams> Engine<'a, S> {
                     smem,
                 },
             }),
-            None => Err(call.invalid()),
+            None => Err(call.refuse(
+                super::fault::Refusal::StagingTooSmall,
+                0,
+                half_bytes,
+                streams.regions() as u64,
+            )),
         }
     }
 

@@ -6,13 +6,17 @@
 //! is a `st.release.sys`. A waiter polls with relaxed loads and, once the flag is there, does
 //! one `ld.acquire.sys` before `bar.sync` lets the block read the data.
 
-use super::fault::{CollectiveKind, FaultKind, SignalKind};
-use super::{epoch, packet};
+use super::digest::{self, Digest};
+use super::fault::{CollectiveKind, FaultKind, Refusal, SignalKind};
+use super::{SCRATCH_COUNTS, SCRATCH_DIGEST, epoch, packet};
 use crate::arch;
-use crate::context::{Context, LocalState, SignalLayout};
+use crate::context::{ARRIVAL_PACKETS, Context, LocalState, SignalLayout};
 
-/// Polls before a waiter starts sleeping between polls and watching the clock.
+/// Polls before a waiter starts sleeping between polls and watching the clock, the peers'
+/// abort records and the awaited peer's digest.
 const FAST_POLLS: u32 = 64;
+/// Slow polls between two looks at the awaited peer's digest.
+const DIGEST_POLLS: u32 = 1024;
 /// Sleep between slow polls (yields the thread on the host).
 const SLEEP_NS: u32 = 64;
 
@@ -66,7 +70,8 @@ pub(crate) struct Call<'a> {
     pub(crate) epoch: u64,
     pub(crate) tid: u32,
     pub(crate) threads: u32,
-    /// SNAC's shared-memory scratch words (block-wide broadcasts); unused with one thread.
+    /// SNAC's shared-memory scratch (block-wide broadcasts, the epoch, the call's digest and
+    /// the V collectives' validated counts).
     scratch: *mut u32,
     toggle: usize,
 }
@@ -75,17 +80,19 @@ pub(crate) struct Call<'a> {
 const EPOCH_WORD: usize = 2;
 
 impl<'a> Call<'a> {
-    /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it).
+    /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it) and
+    /// keeps the call's digest in the scratch.
     ///
     /// # Safety
     /// `ctx` describes live buffers; `scratch` points to `SNAC_SMEM_BYTES` of this block's
-    /// shared memory (or anything, with one thread per block); every thread of the block calls.
+    /// shared memory; every thread of the block calls, with the same digest.
     #[inline(always)]
     pub(crate) unsafe fn begin(
         ctx: &'a Context,
         collective: CollectiveKind,
         block: u32,
         scratch: *mut u8,
+        digest: &Digest,
     ) -> Self {
         let mut call = Self {
             ctx,
@@ -98,6 +105,15 @@ impl<'a> Call<'a> {
             toggle: 0,
         };
         let epoch_ptr = call.epoch_slot(block);
+        if call.tid == 0 {
+            // SAFETY: the scratch holds SNAC_SMEM_BYTES; the digest lies at SCRATCH_DIGEST.
+            unsafe {
+                let d = scratch.add(SCRATCH_DIGEST) as *mut u64;
+                for (k, w) in digest.iter().enumerate() {
+                    d.add(k).write_volatile(*w);
+                }
+            }
+        }
         if call.threads == 1 {
             // SAFETY: the epoch slot lies in the local state.
             call.epoch = unsafe { arch::ld_relaxed_gpu_u64(epoch_ptr) };
@@ -115,6 +131,53 @@ impl<'a> Call<'a> {
             call.epoch = unsafe { (call.scratch.add(EPOCH_WORD) as *const u64).read_volatile() };
         }
         call
+    }
+
+    /// Word `k` of this call's digest (kept in the scratch by [`begin`](Self::begin)).
+    #[inline(always)]
+    fn digest_word(&self, k: usize) -> u64 {
+        // SAFETY: written by thread 0 before the barrier of `begin` (with one thread, by this
+        // thread), never rewritten during the call.
+        unsafe {
+            (self.scratch.cast::<u8>().add(SCRATCH_DIGEST) as *const u64)
+                .add(k)
+                .read_volatile()
+        }
+    }
+
+    /// The V counts the call validated, in the scratch (`2 × MAX_RANKS` values).
+    #[inline(always)]
+    pub(crate) fn counts(&self) -> *mut u64 {
+        // SAFETY: the scratch holds SNAC_SMEM_BYTES.
+        unsafe { self.scratch.cast::<u8>().add(SCRATCH_COUNTS) as *mut u64 }
+    }
+
+    /// The `counts` packet this rank sends to `receiver`.
+    #[inline(always)]
+    fn counts_packet_for(&self, receiver: u32) -> u64 {
+        let w = self.digest_word(3);
+        if w == digest::PER_PAIR {
+            // SAFETY: AllToAllV keeps `2 × world` validated counts: sent to each, then received.
+            unsafe { self.counts().add(receiver as usize).read_volatile() }
+        } else {
+            w
+        }
+    }
+
+    /// The `counts` packet this rank expects from `sender`.
+    #[inline(always)]
+    fn counts_expected_from(&self, sender: u32) -> u64 {
+        let w = self.digest_word(3);
+        if w == digest::PER_PAIR {
+            // SAFETY: as in `counts_packet_for`.
+            unsafe {
+                self.counts()
+                    .add(self.world() as usize + sender as usize)
+                    .read_volatile()
+            }
+        } else {
+            w
+        }
     }
 
     /// A call that cannot run (invalid arguments): no epoch is read, only faults recorded.
@@ -215,16 +278,119 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Announces at entry that this rank joined the call (block 0 only), so a peer that times
-    /// out can tell a rank that never came from one that is merely stuck.
+    /// Announces at entry that this rank joined the call (block 0 only): the arrival flag, so a
+    /// peer that times out can tell a rank that never came from one that is merely stuck, and
+    /// the call digest, which every peer compares with its own.
     #[inline(always)]
     pub(crate) fn announce_arrival(&self) {
-        if self.block == 0 {
-            self.post_to(
-                Ranks::Others,
-                SignalKind::Arrival,
-                epoch::flag(self.epoch, 0),
-            );
+        if self.block != 0 {
+            return;
+        }
+        let flag = packet::flag32(self.epoch);
+        let mut q = self.tid;
+        while q < self.world() {
+            if q != self.me() {
+                for k in 0..ARRIVAL_PACKETS {
+                    let v = if k == 3 {
+                        self.counts_packet_for(q)
+                    } else {
+                        self.digest_word(k)
+                    };
+                    // SAFETY: rank q's signal array holds this rank's arrival packets.
+                    unsafe { packet::put(self.arrival(q, self.me(), k), v, flag) };
+                }
+            }
+            q += self.threads;
+        }
+        self.post_to(
+            Ranks::Others,
+            SignalKind::Arrival,
+            epoch::flag(self.epoch, 0),
+        );
+    }
+
+    /// Packet `k` of the arrival record `sender` writes to `rank` in this call's half.
+    #[inline(always)]
+    fn arrival(&self, rank: u32, sender: u32, k: usize) -> *mut u8 {
+        (self.ctx.signals[rank as usize]
+            + SignalLayout::arrival(self.half() as usize, sender as usize, k) as u64)
+            as *mut u8
+    }
+
+    /// Compares `peer`'s digest for this call with this rank's, if the peer has posted it:
+    /// `Ok(true)` when it matches, `Ok(false)` when it is not there yet, and a recorded
+    /// [`FaultKind::DigestMismatch`] when it differs.
+    #[inline(never)]
+    pub(crate) fn check_digest(&self, peer: u32) -> Result<bool, Left> {
+        let flag = packet::flag32(self.epoch);
+        let mut theirs = [0u64; ARRIVAL_PACKETS];
+        for (k, w) in theirs.iter_mut().enumerate() {
+            // SAFETY: this rank's own signal array holds `peer`'s arrival packets.
+            match unsafe { packet::try_get(self.arrival(self.me(), peer, k), flag) } {
+                Ok(v) => *w = v,
+                Err(_) => return Ok(false),
+            }
+        }
+        let mine = [
+            self.digest_word(0),
+            self.digest_word(1),
+            self.digest_word(2),
+            self.counts_expected_from(peer),
+        ];
+        match digest::compare(&mine, &theirs) {
+            None => Ok(true),
+            Some((field, a, b)) => {
+                self.record(
+                    FaultKind::DigestMismatch,
+                    peer,
+                    SignalKind::None,
+                    a,
+                    b,
+                    field as u64,
+                );
+                Err(Left)
+            }
+        }
+    }
+
+    /// Waits (this block's threads sharing the peers) until every peer's digest for this call
+    /// is there and compares it: how an empty call synchronises, and how every call ends on
+    /// block 0. Every thread calls.
+    #[inline(never)]
+    pub(crate) fn await_digests(&mut self) -> Result<(), Left> {
+        let mut ok = 1u32;
+        let mut q = self.tid;
+        while q < self.world() {
+            if q != self.me() {
+                let mut checked = Ok(false);
+                let waited = self.spin(
+                    q,
+                    SignalKind::Arrival,
+                    packet::flag32(self.epoch) as u64,
+                    || {
+                        checked = self.check_digest(q);
+                        match checked {
+                            Ok(false) => Some(0),
+                            _ => None,
+                        }
+                    },
+                );
+                if waited.is_err() || checked.is_err() {
+                    ok = 0;
+                }
+            }
+            q += self.threads;
+        }
+        if self.threads == 1 {
+            return if ok == 1 { Ok(()) } else { Err(Left) };
+        }
+        // Any thread's failure fails the block: a thread that failed recorded a fault (or saw
+        // one), so after a barrier the fault word tells every thread.
+        arch::sync_block();
+        if self.broadcast(self.aborted() as u32) == 1 {
+            Err(Left)
+        } else {
+            Ok(())
         }
     }
 
@@ -235,9 +401,40 @@ impl<'a> Call<'a> {
         unsafe { arch::ld_relaxed_gpu_u32(self.fault_word()) != 0 }
     }
 
+    /// The abort record `sender` wrote to `rank`: its cause word (the time follows).
+    #[inline(always)]
+    fn abort_record(&self, rank: u32, sender: u32) -> *mut u64 {
+        (self.ctx.signals[rank as usize] + SignalLayout::abort(sender as usize) as u64) as *mut u64
+    }
+
+    /// The peer that faulted first, if any did (its rank, cause and time), from the abort
+    /// records peers wrote into this rank's signal array.
+    #[inline(never)]
+    fn peer_fault(&self) -> Option<(u32, u64, u64)> {
+        let mut first: Option<(u32, u64, u64)> = None;
+        for p in 0..self.world() {
+            if p == self.me() {
+                continue;
+            }
+            let record = self.abort_record(self.me(), p);
+            // SAFETY: this rank's signal array; abort records are only accessed atomically.
+            let cause = unsafe { arch::ld_acquire_sys_u64(record) };
+            if cause != 0 {
+                // SAFETY: as above; the time was stored before the cause (release).
+                let time = unsafe { arch::ld_relaxed_sys_u64(record.add(1)) };
+                if first.is_none_or(|(_, _, t)| time < t) {
+                    first = Some((p, cause, time));
+                }
+            }
+        }
+        first
+    }
+
     /// Spins until `poll` returns `None` (done), at most `timeout_ns`. `poll` returns
     /// `Some(observed)` while not done. Records a timeout fault (waiting for `peer`'s `kind`,
-    /// flag `awaited`) on expiry; leaves without recording if another block already faulted.
+    /// flag `awaited`) on expiry; leaves at once if another block of this rank faulted, if a
+    /// peer's abort record says it faulted (recording that), or if `peer`'s digest for this
+    /// call differs from this rank's (recording that).
     #[inline(always)]
     pub(crate) fn spin<P: FnMut() -> Option<u64>>(
         &self,
@@ -261,8 +458,19 @@ impl<'a> Call<'a> {
                 if self.aborted() {
                     return Err(Left);
                 }
+                if let Some((first, cause, time)) = self.peer_fault() {
+                    self.record(FaultKind::PeerFaulted, first, kind, 0, time, cause);
+                    return Err(Left);
+                }
+                if (polls - FAST_POLLS) % DIGEST_POLLS == 1
+                    && kind != SignalKind::Arrival
+                    && peer != self.me()
+                    && self.check_digest(peer).is_err()
+                {
+                    return Err(Left);
+                }
                 if arch::global_timer_ns().wrapping_sub(start) > self.ctx.timeout_ns {
-                    self.record(FaultKind::Timeout, peer, kind, awaited, observed);
+                    self.record(FaultKind::Timeout, peer, kind, awaited, observed, 0);
                     return Err(Left);
                 }
             }
@@ -401,8 +609,10 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Records a fault in this rank's local state (the first one wins). For a timeout, a peer
-    /// whose arrival for this call is missing is named instead of the one awaited.
+    /// Records a fault in this rank's local state (the first one wins) and, unless it only
+    /// reports a peer's fault, writes this rank's abort record into every peer's signal array
+    /// so their waits end at once. For a timeout, a peer whose arrival for this call is missing
+    /// is named instead of the one awaited.
     pub(crate) fn record(
         &self,
         kind: FaultKind,
@@ -410,6 +620,7 @@ impl<'a> Call<'a> {
         signal: SignalKind,
         awaited: u64,
         observed: u64,
+        detail: u64,
     ) {
         let mut peer = peer;
         let mut missing = 0u32;
@@ -431,42 +642,78 @@ impl<'a> Call<'a> {
         let word = self.fault_word();
         // SAFETY: the fault record lies in the local state; only the block that moves the
         // count from 0 writes the other fields, and the host reads them after the kernel.
+        let first = unsafe { arch::atom_add_acq_rel_gpu_u32(word, 1) == 0 };
+        if !first {
+            return;
+        }
+        // SAFETY: as above.
         unsafe {
-            if arch::atom_add_acq_rel_gpu_u32(word, 1) == 0 {
-                let w = |i: usize, v: u32| word.add(i).write_volatile(v);
-                w(1, kind as u32);
-                w(2, self.collective as u32);
-                w(3, self.me());
-                w(4, peer);
-                w(5, self.block);
-                w(6, signal as u32);
-                w(7, missing);
-                let d = |i: usize, v: u64| (word.add(i) as *mut u64).write_volatile(v);
-                d(8, self.epoch);
-                d(10, awaited);
-                d(12, observed);
+            let w = |i: usize, v: u32| word.add(i).write_volatile(v);
+            w(1, kind as u32);
+            w(2, self.collective as u32);
+            w(3, self.me());
+            w(4, peer);
+            w(5, self.block);
+            w(6, signal as u32);
+            w(7, missing);
+            let d = |i: usize, v: u64| (word.add(i) as *mut u64).write_volatile(v);
+            d(8, self.epoch);
+            d(10, awaited);
+            d(12, observed);
+            d(14, detail);
+        }
+        // A fault that only reports a peer's is not spread again; nor can a context whose
+        // world or rank is out of range reach its peers.
+        if kind == FaultKind::PeerFaulted
+            || self.world() as usize > crate::context::MAX_RANKS
+            || self.me() >= self.world()
+        {
+            return;
+        }
+        let cause = (kind as u64)
+            | ((self.collective as u64) << 8)
+            | ((peer as u64 & 0xff) << 16)
+            | ((signal as u64) << 24)
+            | ((missing as u64) << 32)
+            | ((detail & 0xff) << 40);
+        let time = arch::global_timer_ns();
+        for q in 0..self.world() {
+            if q != self.me() {
+                let record = self.abort_record(q, self.me());
+                // SAFETY: rank q's signal array holds this rank's abort record; the time is
+                // stored before the cause is released.
+                unsafe {
+                    arch::st_relaxed_sys_u64(record.add(1), time);
+                    arch::st_release_sys_u64(record, cause);
+                }
             }
         }
     }
 
-    /// Records that the arguments cannot be run (thread 0 only) and returns `Left`.
-    pub(crate) fn invalid(&self) -> Left {
+    /// Records that the arguments cannot be run (thread 0 only), with the reason, the index
+    /// of the offending count, the bound and the value, and returns `Left`.
+    pub(crate) fn refuse(&self, why: Refusal, index: u32, bound: u64, value: u64) -> Left {
         if self.tid == 0 {
             self.record(
                 FaultKind::InvalidArgument,
                 self.me(),
                 SignalKind::None,
-                0,
-                0,
+                bound,
+                value,
+                why as u64 | ((index as u64) << 32),
             );
         }
         Left
     }
 
-    /// Ends the call: the epoch advances by `rounds | 1` on this block (and block 0 advances
+    /// Ends the call: block 0 compares every peer's digest with this rank's (recording a
+    /// mismatch), then the epoch advances by `rounds | 1` on this block (and block 0 advances
     /// the slots `blocks..coll_blocks` no block of this call owns). Every thread calls.
     #[inline(always)]
     pub(crate) fn finish(&mut self, rounds: u64, blocks: u32, coll_blocks: u32) {
+        if self.block == 0 {
+            let _ = self.await_digests();
+        }
         let next = epoch::advance(self.epoch, rounds);
         // Every thread has read everything of this call before the epoch moves on.
         arch::sync_block();

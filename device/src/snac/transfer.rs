@@ -90,6 +90,9 @@ pub(crate) unsafe fn reduce<A: Atom, T: Element, O: ReduceOp>(
 /// static operators at each use). Either way every call is static: no function pointers, which
 /// `ptxas` cannot prune and which make it size every kernel for the largest target.
 pub(crate) trait Operator: Copy {
+    /// Which operator this is (for the call digest).
+    fn kind(self) -> ReduceOpKind;
+
     /// `acc[i] ⊕= x[i]` for every lane, in `f32`.
     fn lanes<T: Element>(self, acc: &mut T::Lanes, x: &T::Lanes);
 
@@ -116,6 +119,11 @@ impl<O: ReduceOp> Static<O> {
 }
 
 impl<O: ReduceOp> Operator for Static<O> {
+    #[inline(always)]
+    fn kind(self) -> ReduceOpKind {
+        O::KIND
+    }
+
     #[inline(always)]
     fn lanes<T: Element>(self, acc: &mut T::Lanes, x: &T::Lanes) {
         for (a, b) in acc.as_mut().iter_mut().zip(x.as_ref()) {
@@ -162,6 +170,11 @@ macro_rules! by_op {
 }
 
 impl Operator for ReduceOpKind {
+    #[inline(always)]
+    fn kind(self) -> ReduceOpKind {
+        self
+    }
+
     #[inline(always)]
     fn lanes<T: Element>(self, acc: &mut T::Lanes, x: &T::Lanes) {
         by_op!(self, O => Static::<O>::NEW.lanes::<T>(acc, x))

@@ -56,6 +56,13 @@ impl From<BindingError> for PyErr {
                 let message = e.to_string();
                 match e {
                     E::Timeout { .. } => PyTimeoutError::new_err(message),
+                    // A peer whose wait ran out stopped this rank: the same timeout, seen
+                    // second-hand (the message names the rank that never came).
+                    E::PeerFaulted { ref cause, .. } if cause.contains("timed out") => {
+                        PyTimeoutError::new_err(message)
+                    }
+                    // The ranks' calls differ, or a rank refused its arguments on the device.
+                    E::Mismatch { .. } | E::Refused { .. } => PyValueError::new_err(message),
                     E::NullPointer { .. }
                     | E::Misaligned { .. }
                     | E::PartialElement { .. }

@@ -1,0 +1,125 @@
+//! The call digest: what every rank's call must agree on, posted by each rank to every peer at
+//! entry (four latency packets in the peer's signal array) and compared by the receiver, so a
+//! disagreement is a fault naming both ranks and the field at once rather than a silent wrong
+//! result or a timeout.
+//!
+//! Packets: `shape` (collective, element, operator, mode, algorithm, blocks), `size` (bytes of
+//! a fixed-size call, `max_count` of a V call), `plan` (a hash of the plan's knobs and of the
+//! workspace layout) and `counts` (AllGatherV and ReduceScatterV: a hash of the counts, which
+//! every rank holds alike; AllToAllV: the count the sender sends to this receiver, which must
+//! equal what the receiver expects from it).
+//!
+//! ```
+//! use purlin_device::snac::digest::{compare, shape};
+//! use purlin_device::snac::{CollectiveKind, DigestField};
+//! let a = [shape(CollectiveKind::AllReduce, 0x81, 1, 0, 0, 8), 4096, 7, 0];
+//! let mut b = a;
+//! b[0] = shape(CollectiveKind::AllReduce, 0x81, 2, 0, 0, 8);
+//! assert_eq!(compare(&a, &b).map(|m| m.0), Some(DigestField::Operator));
+//! b = a;
+//! b[1] = 8192;
+//! assert_eq!(compare(&a, &b), Some((DigestField::Size, 4096, 8192)));
+//! assert_eq!(compare(&a, &a), None);
+//! ```
+
+use super::Plan;
+use super::fault::{CollectiveKind, DigestField};
+use crate::context::Context;
+
+/// The digest's packets in the order they are posted.
+pub type Digest = [u64; crate::context::ARRIVAL_PACKETS];
+
+/// `counts` packet value of an AllToAllV digest: the receiver compares the count the sender
+/// sends it instead of the packet as posted.
+pub const PER_PAIR: u64 = u64::MAX;
+
+/// The `shape` packet: collective, element code, operator code, mode, algorithm (one byte
+/// each), blocks (16 bits).
+#[inline(always)]
+pub const fn shape(
+    kind: CollectiveKind,
+    element: u8,
+    operator: u8,
+    mode: u32,
+    algorithm: u32,
+    blocks: u32,
+) -> u64 {
+    (kind as u64)
+        | ((element as u64) << 8)
+        | ((operator as u64) << 16)
+        | (((mode & 0xff) as u64) << 24)
+        | (((algorithm & 0xff) as u64) << 32)
+        | (((blocks & 0xffff) as u64) << 48)
+}
+
+/// FNV-1a over 64-bit words, folded to 32 bits.
+#[inline(always)]
+pub(crate) const fn hash(words: &[u64]) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < words.len() {
+        h ^= words[i];
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    (h ^ (h >> 32)) as u32
+}
+
+/// The `plan` packet: the knobs that change chunking and regimes (not `threads`, which only
+/// informs), and the workspace layout.
+#[inline(always)]
+pub fn plan_word(plan: &Plan, ctx: &Context) -> u64 {
+    let knobs = hash(&[
+        plan.put_blocks as u64,
+        plan.chunk_bytes,
+        plan.latency_threshold,
+        plan.two_shot_min_bytes,
+        plan.two_shot_min_world as u64,
+    ]);
+    let layout = hash(&[
+        ctx.staging_half_bytes,
+        ctx.latency_window_bytes,
+        ctx.world as u64,
+    ]);
+    knobs as u64 | ((layout as u64) << 32)
+}
+
+/// The first field in which two digests differ, with this rank's and the peer's value; the
+/// `counts` packets are compared as they are (see [`PER_PAIR`] for AllToAllV).
+#[inline(always)]
+pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64, u64)> {
+    let fields = [
+        (DigestField::Collective, 0, 0xff),
+        (DigestField::Element, 8, 0xff),
+        (DigestField::Operator, 16, 0xff),
+        (DigestField::Mode, 24, 0xff),
+        (DigestField::Algorithm, 32, 0xff),
+        (DigestField::Blocks, 48, 0xffff),
+    ];
+    let mut i = 0;
+    while i < fields.len() {
+        let (field, shift, mask) = fields[i];
+        let (a, b) = ((mine[0] >> shift) & mask, (theirs[0] >> shift) & mask);
+        if a != b {
+            return Some((field, a, b));
+        }
+        i += 1;
+    }
+    if mine[1] != theirs[1] {
+        return Some((DigestField::Size, mine[1], theirs[1]));
+    }
+    if mine[2] as u32 != theirs[2] as u32 {
+        return Some((
+            DigestField::Plan,
+            mine[2] as u32 as u64,
+            theirs[2] as u32 as u64,
+        ));
+    }
+    if mine[2] >> 32 != theirs[2] >> 32 {
+        return Some((DigestField::Workspace, mine[2] >> 32, theirs[2] >> 32));
+    }
+    if mine[3] != theirs[3] {
+        return Some((DigestField::Counts, mine[3], theirs[3]));
+    }
+    None
+}

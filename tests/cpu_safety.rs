@@ -1,0 +1,374 @@
+//! What the collectives refuse on the device, and how a fault spreads, on the CPU emulation:
+//! V counts past the buffers or `max_count` or overflowing (refused before any byte moves,
+//! bytes past the declared capacity untouched), input and output overlapping other than the
+//! in-place forms allow, ranks whose calls differ (a digest fault naming both ranks and the
+//! field, long before the timeout), and a rank that refuses or faults stopping its peers at
+//! once (their error names it and why).
+
+use purlin_device::atom::Host;
+use purlin_device::collective;
+use purlin_device::element::DataType;
+use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch, Queued, Schedule};
+use purlin_device::op::ReduceOpKind;
+use purlin_device::snac::{
+    CollectiveKind, DigestField, Fault, FaultKind, Refusal, Runtime, SnacArgs,
+};
+use std::time::{Duration, Instant};
+
+/// A communicator whose waits would give up only after 10 s: every fault below must come long
+/// before that.
+fn communicator(world: u32) -> Communicator {
+    Communicator::builder(world)
+        .staging_half_bytes(4096)
+        .latency_window_bytes(2048)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Well under the 10 s timeout: the fault came from a check or an abort record, not a wait
+/// running out.
+const PROMPT: Duration = Duration::from_secs(3);
+
+fn faults_of(e: EmulationError) -> Vec<Fault> {
+    match e {
+        EmulationError::Faults(f) => f,
+        EmulationError::QueuedFaults(f) => f.into_iter().map(|(_, f)| f).collect(),
+        other => panic!("expected faults, got {other}"),
+    }
+}
+
+/// Runs `kind` (a V collective) with `counts` on every rank and `dst` capacities `dst_bytes[r]`
+/// (the buffers are `GUARD` bytes larger, poisoned), by calling the device entry point as a
+/// fused kernel would; returns the faults and every rank's output buffer.
+fn v_call(
+    world: u32,
+    kind: CollectiveKind,
+    counts: &[u64],
+    src_bytes: u64,
+    dst_bytes: &[u64],
+    max_count: u64,
+) -> (Result<(), EmulationError>, Vec<Vec<u8>>, Duration) {
+    const GUARD: usize = 64;
+    let comm = communicator(world);
+    let w = world as usize;
+    let src: Vec<Buffer> = (0..w)
+        .map(|_| Buffer::zeroed(src_bytes as usize + GUARD))
+        .collect();
+    let dst: Vec<Buffer> = (0..w)
+        .map(|r| {
+            let b = Buffer::zeroed(dst_bytes[r] as usize + GUARD);
+            b.fill(0xa5);
+            b
+        })
+        .collect();
+    let counts: Vec<Buffer> = (0..w).map(|_| Buffer::from_slice(counts)).collect();
+    let started = Instant::now();
+    let ran = comm.launch(2, None, |rank, block, ctx, smem| {
+        let r = rank as usize;
+        let mut args = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), 0, 2).bounded(
+            src_bytes,
+            dst_bytes[r],
+            max_count,
+        );
+        (args.block, args.smem) = (block, smem);
+        args.counts = counts[r].as_ptr() as *const u64;
+        args.elem_bytes = 4;
+        // SAFETY: the counts buffer holds what the kind reads; the capacities passed are at
+        // most the buffers' sizes, and the collective checks the counts against them.
+        unsafe {
+            match kind {
+                CollectiveKind::AllGatherV => collective::all_gather_v::<Host, Runtime>(args, ctx),
+                CollectiveKind::AllToAllV => collective::all_to_all_v::<Host, Runtime>(args, ctx),
+                _ => collective::reduce_scatter_v_op::<Host, Runtime, f32>(
+                    args,
+                    ctx,
+                    ReduceOpKind::Sum,
+                ),
+            }
+        }
+    });
+    let elapsed = started.elapsed();
+    (ran, dst.iter().map(Buffer::bytes).collect(), elapsed)
+}
+
+/// Counts that need more than the output holds are refused on the rank whose output is too
+/// small, before anything is written; its peers stop at once, naming it.
+#[test]
+fn v_counts_past_the_output_are_refused_and_write_nothing() {
+    for kind in [
+        CollectiveKind::AllGatherV,
+        CollectiveKind::ReduceScatterV,
+        CollectiveKind::AllToAllV,
+    ] {
+        let world = 3u32;
+        let n = if kind == CollectiveKind::AllToAllV {
+            6
+        } else {
+            3
+        };
+        let counts = vec![100u64; n];
+        // Every rank's output holds what the counts need, but rank 1's, which holds 16 bytes.
+        let needed = match kind {
+            CollectiveKind::AllGatherV => 300 * 4,
+            CollectiveKind::ReduceScatterV => 100 * 4,
+            _ => 300 * 4,
+        };
+        let src = 300 * 4;
+        let (ran, outputs, elapsed) =
+            v_call(world, kind, &counts, src, &[needed, 16, needed], 1000);
+        let faults = faults_of(ran.expect_err("rank 1's output is too small"));
+        assert!(elapsed < PROMPT, "{kind:?}: took {elapsed:?}");
+        let refused: Vec<&Fault> = faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::InvalidArgument)
+            .collect();
+        assert_eq!(refused.len(), 1, "{kind:?}: {faults:?}");
+        assert_eq!(
+            (refused[0].rank, refused[0].refusal()),
+            (1, Refusal::DestinationTooSmall),
+            "{kind:?}"
+        );
+        assert_eq!((refused[0].awaited, refused[0].observed), (16, needed));
+        for f in faults.iter().filter(|f| f.rank != 1) {
+            assert_eq!(f.kind, FaultKind::PeerFaulted, "{kind:?}: {f}");
+            assert_eq!(f.peer, 1, "{kind:?}: {f}");
+            assert!(f.to_string().contains("refused the call"), "{f}");
+        }
+        // Nothing was written to the refusing rank's output, guard bytes included.
+        assert!(
+            outputs[1].iter().all(|&b| b == 0xa5),
+            "{kind:?}: rank 1 written"
+        );
+    }
+}
+
+/// A count above `max_count`, an input too small for the counts, and counts whose sum
+/// overflows are each refused with their reason and the offending count.
+#[test]
+fn v_counts_above_max_or_past_the_input_or_overflowing_are_refused() {
+    let world = 2u32;
+    // A count above max_count (index 1).
+    let (ran, out, _) = v_call(world, CollectiveKind::AllGatherV, &[4, 9], 64, &[64, 64], 8);
+    let faults = faults_of(ran.unwrap_err());
+    let f = faults
+        .iter()
+        .find(|f| f.kind == FaultKind::InvalidArgument)
+        .unwrap();
+    assert_eq!(
+        (f.refusal(), f.refused_index(), f.observed, f.awaited),
+        (Refusal::CountAboveMax, 1, 9, 8)
+    );
+    assert!(out.iter().all(|o| o.iter().all(|&b| b == 0xa5)));
+    // The input holds 16 bytes; rank r's part needs counts[r] × 4.
+    let (ran, _, _) = v_call(world, CollectiveKind::AllGatherV, &[8, 8], 16, &[64, 64], 8);
+    let faults = faults_of(ran.unwrap_err());
+    assert_eq!(faults.len(), 2);
+    assert!(faults
+        .iter()
+        .all(|f| f.kind == FaultKind::InvalidArgument && f.refusal() == Refusal::SourceTooSmall));
+    // Counts whose sum wraps 64 bits.
+    let huge = u64::MAX / 2 + 1;
+    let (ran, out, _) = v_call(
+        world,
+        CollectiveKind::ReduceScatterV,
+        &[huge, huge],
+        64,
+        &[64, 64],
+        u64::MAX,
+    );
+    let faults = faults_of(ran.unwrap_err());
+    assert!(
+        faults
+            .iter()
+            .all(|f| f.kind == FaultKind::InvalidArgument && f.refusal() == Refusal::SizeOverflow),
+        "{faults:?}"
+    );
+    assert!(out.iter().all(|o| o.iter().all(|&b| b == 0xa5)));
+}
+
+/// AllToAll with its input as its output, and AllGather with an input that overlaps the output
+/// but is not this rank's part, are refused; in-place AllGather runs.
+#[test]
+fn overlap_other_than_in_place_is_refused() {
+    let comm = communicator(2);
+    let bufs: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(256)).collect();
+    let run = |kind: CollectiveKind, src_at: usize| {
+        comm.launch(1, None, |rank, block, ctx, smem| {
+            let b = &bufs[rank as usize];
+            // SAFETY: inside the 256-byte buffer.
+            let src = unsafe { b.as_ptr().add(src_at) };
+            let mut args = SnacArgs::new(b.as_mut_ptr(), src, 64, 1).bounded(64, 256, 0);
+            if kind == CollectiveKind::AllToAll {
+                args = SnacArgs::new(b.as_mut_ptr(), src, 64, 1).bounded(128, 128, 0);
+            }
+            (args.block, args.smem) = (block, smem);
+            // SAFETY: both ranges lie in the buffer; the collective checks how they overlap.
+            unsafe {
+                match kind {
+                    CollectiveKind::AllToAll => collective::all_to_all::<Host, Runtime>(args, ctx),
+                    _ => collective::all_gather::<Host, Runtime>(args, ctx),
+                }
+            }
+        })
+    };
+    // Every rank refuses (each one's buffers overlap), with that reason.
+    let refused = |r: Result<(), EmulationError>| {
+        let faults = faults_of(r.expect_err("an overlap must be refused"));
+        faults.len() == 2
+            && faults
+                .iter()
+                .all(|f| f.kind == FaultKind::InvalidArgument && f.refusal() == Refusal::Overlap)
+    };
+    assert!(refused(run(CollectiveKind::AllToAll, 0)));
+    // Rank r's input at byte 32 of the output overlaps part 0 or 1 without being it.
+    assert!(refused(run(CollectiveKind::AllGather, 32)));
+    // In place: rank r's input is part r of its output (a fresh communicator: a fault leaves
+    // the old one poisoned).
+    let comm = communicator(2);
+    let in_place = comm.launch(1, None, |rank, block, ctx, smem| {
+        let b = &bufs[rank as usize];
+        // SAFETY: part `rank` of the 128 bytes the gather writes.
+        let src = unsafe { b.as_ptr().add(64 * rank as usize) };
+        let mut args = SnacArgs::new(b.as_mut_ptr(), src, 64, 1).bounded(64, 256, 0);
+        (args.block, args.smem) = (block, smem);
+        // SAFETY: as above.
+        unsafe { collective::all_gather::<Host, Runtime>(args, ctx) };
+    });
+    assert!(in_place.is_ok(), "{in_place:?}");
+}
+
+/// Runs rank `r`'s call `launches[r]` on every rank (the ranks disagree) and returns the
+/// faults and how long it took.
+fn disagreeing(world: u32, launches: &[Launch]) -> (Vec<(usize, Fault)>, Duration) {
+    let comm = communicator(world);
+    let big = 4096 * world as usize;
+    let src: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(big)).collect();
+    let dst: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(big)).collect();
+    let counts: Vec<Buffer> = (0..world)
+        .map(|r| {
+            // AllToAllV: every rank sends 8 elements to each, but rank 0 expects 9 from rank 1.
+            let mut c = vec![8u64; 2 * world as usize];
+            if r == 0 {
+                c[world as usize + 1] = 9;
+            }
+            Buffer::from_slice(&c)
+        })
+        .collect();
+    let queues: Vec<Vec<Queued>> = (0..world as usize)
+        .map(|r| {
+            vec![Queued {
+                launch: launches[r],
+                src: &src[r],
+                dst: &dst[r],
+                counts: Some(&counts[r]),
+            }]
+        })
+        .collect();
+    let started = Instant::now();
+    let err = comm
+        .run_queued(&queues, &Schedule::default())
+        .expect_err("the ranks' calls differ");
+    let elapsed = started.elapsed();
+    match err {
+        EmulationError::QueuedFaults(f) => (f, elapsed),
+        other => panic!("{other}"),
+    }
+}
+
+/// Two ranks that make different calls fault at once, naming each other and what differs.
+#[test]
+fn ranks_whose_calls_differ_name_each_other_and_the_field() {
+    let base = Launch::new(CollectiveKind::AllReduce, 256).typed(DataType::F32, ReduceOpKind::Sum);
+    let cases: Vec<(DigestField, Launch)> = vec![
+        (DigestField::Size, Launch { bytes: 512, ..base }),
+        (
+            DigestField::Operator,
+            base.typed(DataType::F32, ReduceOpKind::Max),
+        ),
+        (
+            DigestField::Element,
+            base.typed(DataType::Bf16, ReduceOpKind::Sum),
+        ),
+        (DigestField::Blocks, Launch { blocks: 3, ..base }),
+        (
+            DigestField::Collective,
+            Launch {
+                collective: CollectiveKind::AllGather,
+                ..base
+            },
+        ),
+        (
+            DigestField::Plan,
+            Launch {
+                plan: purlin_device::snac::Plan {
+                    chunk_bytes: 64,
+                    ..base.plan
+                },
+                ..base
+            },
+        ),
+    ];
+    for (field, other) in cases {
+        let (faults, elapsed) = disagreeing(2, &[base, other]);
+        assert!(elapsed < PROMPT, "{field:?}: took {elapsed:?}");
+        let named = faults
+            .iter()
+            .find(|(_, f)| f.kind == FaultKind::DigestMismatch)
+            .unwrap_or_else(|| panic!("{field:?}: {faults:?}"));
+        assert_eq!(named.1.field(), field, "{}", named.1);
+        assert_eq!(named.1.peer, 1 - named.1.rank);
+        assert!(named.1.to_string().contains(field.name()), "{}", named.1);
+    }
+}
+
+/// AllToAllV: what rank 1 sends rank 0 differs from what rank 0 expects from it.
+#[test]
+fn all_to_all_v_counts_that_do_not_pair_up_are_named() {
+    let mut l = Launch::new(CollectiveKind::AllToAllV, 0);
+    l.elem_bytes = 4;
+    let (faults, elapsed) = disagreeing(2, &[l, l]);
+    assert!(elapsed < PROMPT, "took {elapsed:?}");
+    let f = faults
+        .iter()
+        .map(|(_, f)| f)
+        .find(|f| f.kind == FaultKind::DigestMismatch)
+        .unwrap_or_else(|| panic!("{faults:?}"));
+    assert_eq!((f.rank, f.peer, f.field()), (0, 1, DigestField::Counts));
+    assert_eq!((f.awaited, f.observed), (9, 8));
+}
+
+/// A rank that times out (its peer never launched the call) stops every other rank at once:
+/// they fault through its abort record, naming it, long before their own waits would run out.
+#[test]
+fn a_faulting_rank_stops_its_peers_at_once() {
+    let world = 4u32;
+    let comm = Communicator::builder(world)
+        .staging_half_bytes(4096)
+        .latency_window_bytes(2048)
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let src: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(1024)).collect();
+    let dst: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(4096)).collect();
+    let mut l = Launch::new(CollectiveKind::AllGather, 1024);
+    l.absent = Some(3);
+    let started = Instant::now();
+    let faults = faults_of(comm.run(&l, &src, &dst, None).unwrap_err());
+    let elapsed = started.elapsed();
+    // One timeout (500 ms) and the rest at once: well under three timeouts.
+    assert!(elapsed < Duration::from_millis(1400), "took {elapsed:?}");
+    let timeouts = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::Timeout)
+        .count();
+    assert!(timeouts >= 1, "{faults:?}");
+    for f in &faults {
+        let missing = match f.kind {
+            FaultKind::Timeout => f.peer,
+            FaultKind::PeerFaulted => f.first().unwrap().peer,
+            _ => panic!("{f}"),
+        };
+        assert_eq!(missing, 3, "{f}");
+    }
+}

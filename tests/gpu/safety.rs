@@ -1,0 +1,131 @@
+//! What the GPU collectives refuse and how faults spread, on the virtual node: V counts past
+//! the output (a typed refusal, guard bytes untouched), ranks whose calls differ (an error
+//! naming both ranks and the field within 100 ms), and a refusing rank stopping its peers within
+//! 100 ms — with a 10 s wait bound, so none of it is a timeout.
+
+use crate::collectives::virtual_node;
+use purlin::Error;
+use purlin::collective::{self, Counts, Options};
+use purlin::memory::Span;
+use purlin::workspace::WorkspaceRequirements;
+use purlin::{DataType, ReduceOpKind};
+use purlin_tests::gpu_or_skip;
+use std::time::{Duration, Instant};
+
+const BOUND: Duration = Duration::from_millis(100);
+
+/// AllGatherV whose counts need more than rank 1's output span: rank 1 refuses (naming the
+/// count), the others stop through its abort record, and the bytes past rank 1's span stay as
+/// they were.
+#[test]
+fn v_counts_past_the_output_are_refused_and_spread_within_100_ms() {
+    let Some(gpu) = gpu_or_skip("gpu v counts past capacity", None) else {
+        return;
+    };
+    let world = 4u32;
+    let outcomes = virtual_node(
+        &gpu,
+        world,
+        WorkspaceRequirements::small(),
+        |ctx, stream| {
+            ctx.set_timeout(Duration::from_secs(10));
+            let r = ctx.rank();
+            let count = 1000u64;
+            let src = stream.clone_htod(&vec![r as u8; 4000]).unwrap();
+            let dst = stream.clone_htod(&vec![0xa5u8; 16000 + 4096]).unwrap();
+            let counts = stream.clone_htod(&vec![count; world as usize]).unwrap();
+            stream.synchronize().unwrap();
+            // Rank 1 declares an output of 1 KiB: the counts need 16 000 bytes.
+            let dst_bytes = if r == 1 { 1024 } else { 16000 };
+            let d = Span::new(Span::from_device(&dst, stream).addr, dst_bytes);
+            let s = Span::from_device(&src, stream);
+            let c = Counts {
+                addr: Span::from_device(&counts, stream).addr,
+                max_count: count,
+            };
+            let started = Instant::now();
+            // SAFETY: the spans lie inside live buffers of this rank's stream, which outlive the
+            // synchronise; the kernel checks the counts against the spans.
+            let launched = unsafe {
+                collective::all_gather_v_raw(ctx, DataType::F32, d, s, c, &Options::default())
+            };
+            let synced = launched.and_then(|()| ctx.synchronize());
+            let elapsed = started.elapsed();
+            let after = stream.clone_dtoh(&dst).unwrap();
+            (r, synced, elapsed, after)
+        },
+    );
+    for (r, result, elapsed, after) in outcomes {
+        assert!(elapsed < BOUND, "rank {r}: {elapsed:?} ({result:?})");
+        match (r, &result) {
+            (1, Err(Error::Refused { reason, .. })) => {
+                assert!(reason.contains("output buffer smaller"), "{reason}");
+                assert!(
+                    after.iter().all(|&b| b == 0xa5),
+                    "rank 1's output was written"
+                );
+            }
+            (
+                _,
+                Err(Error::PeerFaulted {
+                    first: 1, cause, ..
+                }),
+            ) => {
+                assert!(cause.contains("refused"), "rank {r}: {cause}");
+            }
+            _ => panic!("rank {r}: {result:?}"),
+        }
+    }
+    println!("v counts past capacity: refused on rank 1, peers stopped within {BOUND:?}");
+}
+
+/// Two ranks whose AllReduce sizes differ: both report the mismatch, naming each other and the
+/// size, within 100 ms.
+#[test]
+fn ranks_whose_calls_differ_are_named_within_100_ms() {
+    let Some(gpu) = gpu_or_skip("gpu digest mismatch", None) else {
+        return;
+    };
+    for world in [2u32, 8] {
+        let outcomes = virtual_node(
+            &gpu,
+            world,
+            WorkspaceRequirements::small(),
+            |ctx, stream| {
+                ctx.set_timeout(Duration::from_secs(10));
+                let r = ctx.rank();
+                // Rank 0 reduces 64 Ki floats, every other rank 32 Ki.
+                let count = if r == 0 { 64 << 10 } else { 32 << 10 };
+                let src = stream.alloc_zeros::<f32>(64 << 10).unwrap();
+                let mut dst = stream.alloc_zeros::<f32>(64 << 10).unwrap();
+                stream.synchronize().unwrap();
+                let started = Instant::now();
+                let synced = collective::all_reduce(ctx, &src, &mut dst, count, ReduceOpKind::Sum)
+                    .and_then(|()| ctx.synchronize());
+                (r, synced, started.elapsed())
+            },
+        );
+        let mut named = 0;
+        for (r, result, elapsed) in outcomes {
+            assert!(
+                elapsed < BOUND,
+                "world {world} rank {r}: {elapsed:?} ({result:?})"
+            );
+            match &result {
+                Err(Error::Mismatch {
+                    rank, peer, field, ..
+                }) => {
+                    assert_eq!(*field, "size", "{result:?}");
+                    assert!(*rank == 0 || *peer == 0, "{result:?}");
+                    named += 1;
+                }
+                Err(Error::PeerFaulted { cause, .. }) => {
+                    assert!(cause.contains("disagree"), "{cause}");
+                }
+                other => panic!("world {world} rank {r}: {other:?}"),
+            }
+        }
+        assert!(named >= 1, "world {world}: no rank named the mismatch");
+    }
+    println!("digest mismatch: named within {BOUND:?} at worlds 2 and 8");
+}
