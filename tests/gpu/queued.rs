@@ -337,7 +337,7 @@ fn configs(world: u32) -> [(WorkspaceRequirements, Bands); 2] {
             Bands {
                 half: large.staging_half_bytes,
                 window: large.latency_window_bytes,
-                max_part: (24 << 20) / world as u64,
+                max_part: (12 << 20) / world as u64,
             },
         ),
         (
@@ -384,7 +384,7 @@ fn queued(
                     max_blocks: 32,
                     random_plan,
                 };
-                let n = rng.random_range(30..=50);
+                let n = rng.random_range(25..=40);
                 let (steps, inputs) = random_sequence(&mut rng, world, n, &bands, &knobs);
                 let outcomes = sequence(&gpu, world, req, &steps, &inputs, uploads);
                 calls += n;
