@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 [ $((tests + bench + tune)) -eq 0 ] && tests=1
 filter=${1:-}
-# Multicast / NVLS stays off (DESIGN.md, Safety).
+# Multicast / NVLS stays off (README, "Safety on shared GPU machines").
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # The virtual node runs 8 ranks' kernels (plus side streams) at once: give every stream its own
 # hardware queue so a waiting kernel never blocks another rank's work queued behind it.

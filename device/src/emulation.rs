@@ -1,6 +1,7 @@
 //! CPU emulation: the *same* device code (SNAC, layouts, the [`Host`] Atom) on CPU threads, one
 //! thread per (rank, block), with every rank's staging, signals and local state in host
-//! memory. It is how the protocol is tested without a GPU, and the CPU backend of `purlin`.
+//! memory. It is how the protocol is tested without a GPU (the host crate's collectives run
+//! only on a GPU; a host-memory `purlin::Context` gives the emulation its buffers).
 //!
 //! A [`Communicator`] owns `world` ranks' buffers (zeroed, 16-byte aligned) and keeps them
 //! across calls, so epochs, staging halves and cyclic slots carry over exactly as on a GPU.

@@ -6,8 +6,9 @@
 //! kernels through [`purlin_device`] (build your kernel crate with [`builder`]).
 //!
 //! This crate is the host side: it embeds Purlin's PTX for sm_70, sm_80, sm_90 and sm_100 and
-//! loads the one the device runs ([`Gpu`]), checks every argument before anything is launched
-//! ([`Error`]), and launches kernels on `cudarc` streams. The driver is loaded at run time, so
+//! loads the one the device runs ([`Gpu`]), checks every argument the host can see before
+//! anything is launched ([`Error`]; the V collectives' counts, which live in device memory, are
+//! checked by the kernel before anything moves), and launches kernels on `cudarc` streams. The driver is loaded at run time, so
 //! the crate builds on machines without CUDA.
 //!
 //! ```no_run

@@ -400,13 +400,18 @@ impl Window {
     }
 
     /// Makes the context's stream wait until `from` has signalled at least `value` (GPU only;
-    /// stream-ordered and capturable, but unbounded: prefer [`wait`](Window::wait) where a
-    /// missing peer is possible). On the virtual node, do not block the host thread in a
+    /// stream-ordered and capturable). Prefer [`wait`](Window::wait), which is bounded. On the
+    /// virtual node, do not block the host thread in a
     /// copy to or from *pageable* host memory queued behind this wait (`stream.clone_dtoh`,
     /// say): the driver's pageable staging is shared by the process, so other ranks' pageable
     /// copies — perhaps the ones that lead to the signal — stall behind it. Purlin's own reads
     /// ([`read_local`](Window::read_local), [`signal_value`](Window::signal_value)) bounce
     /// through pinned memory and are safe.
+    ///
+    /// # Safety
+    /// The wait has no bound (the driver's stream wait has none): `from` must signal `value`
+    /// eventually. If it never does, this stream, every later synchronise of it and the
+    /// context's teardown (which waits for the stream) hang.
     ///
     /// ```no_run
     /// # use purlin::{bootstrap::*, memory::DeviceAllocator, workspace::*, Context, p2p::Window};
@@ -416,11 +421,12 @@ impl Window {
     /// # let ctx = Context::new(0, 1, Workspace::new(&b, DeviceAllocator::new(gpu), WorkspaceRequirements::small())?, &stream)?;
     /// let w = Window::new(&ctx, 64)?;
     /// w.signal(&ctx, 0, 1)?;
-    /// w.wait_on_stream(&ctx, 0, 1)?;
+    /// // SAFETY: this rank signalled 1 just before.
+    /// unsafe { w.wait_on_stream(&ctx, 0, 1)? };
     /// stream.synchronize()?;
     /// # Ok::<(), purlin::Error>(())
     /// ```
-    pub fn wait_on_stream(&self, ctx: &Context, from: u32, value: u64) -> Result<()> {
+    pub unsafe fn wait_on_stream(&self, ctx: &Context, from: u32, value: u64) -> Result<()> {
         self.check_context(ctx)?;
         let addr = self.signal_addr(self.rank(), from)?;
         match ctx.stream() {

@@ -313,12 +313,23 @@ impl Symmetric {
                 );
             }
         }
-        // No rank frees its buffer while a peer may still read or write it.
-        note(self.bootstrap.barrier(), "the teardown barrier");
-        let local = self.local();
-        // SAFETY: allocated by `new` with `self.bytes`; every rank has passed the barrier, so
-        // nothing uses it.
-        note(unsafe { self.allocator.free(local, self.bytes) }, "freeing");
+        // No rank frees its buffer while a peer may still read or write it: if the barrier
+        // fails, a peer may not have finished with it (a kernel still writing its signals, a
+        // mapping still open), so the buffer is left allocated (leaked) rather than freed.
+        let met = self.bootstrap.barrier();
+        if met.is_ok() {
+            let local = self.local();
+            // SAFETY: allocated by `new` with `self.bytes`; every rank has passed the barrier,
+            // so nothing uses it.
+            note(unsafe { self.allocator.free(local, self.bytes) }, "freeing");
+        } else {
+            tracing::warn!(
+                bytes = self.bytes,
+                "a peer did not reach the teardown barrier: its buffer stays allocated, since the \
+                 peer may still use it"
+            );
+        }
+        note(met, "the teardown barrier");
         match first {
             Some(e) => Err(e),
             None => Ok(()),

@@ -31,7 +31,7 @@ summary=$out/python-summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
 status=0
-# Multicast / NVLS stays off (DESIGN.md, Safety).
+# Multicast / NVLS stays off (README, "Safety on shared GPU machines").
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-0}
