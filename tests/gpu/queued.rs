@@ -66,21 +66,42 @@ fn launch(
         Span::from_device(&b.dst, stream).addr,
         b.dst_len.max(1) as u64,
     );
+    let counts = Span::from_device(&b.counts, stream).addr;
+    // SAFETY: every buffer holds what the step moves (its sizes come from the same step), and
+    // all of them outlive the synchronisation at the end of the sequence.
+    unsafe { launch_spans(ctx, step, src, dst, counts, true) }
+}
+
+/// Launches one step on device ranges: `counts` the address of its V counts; `own_plan`
+/// whether a step that carries a plan uses it (else the table's).
+///
+/// # Safety
+/// As the `*_raw` collectives: the ranges hold what the step moves until it has run.
+unsafe fn launch_spans(
+    ctx: &Context,
+    step: &Step,
+    src: Span,
+    dst: Span,
+    counts: u64,
+    own_plan: bool,
+) -> purlin::Result<()> {
     let options = Options {
         mode: step.mode,
         algorithm: step.algorithm,
-        choice: step.plan.map(|plan| purlin_tuning::Choice {
-            blocks: step.blocks,
-            plan,
-        }),
+        choice: step
+            .plan
+            .filter(|_| own_plan)
+            .map(|plan| purlin_tuning::Choice {
+                blocks: step.blocks,
+                plan,
+            }),
     };
     let (dtype, op, count) = (step.dtype, step.op, step.count);
     let counts = Counts {
-        addr: Span::from_device(&b.counts, stream).addr,
+        addr: counts,
         max_count: step.max_count(),
     };
-    // SAFETY: every buffer holds what the step moves (its sizes come from the same step), and
-    // all of them outlive the synchronisation at the end of the sequence.
+    // SAFETY: forwarded contract.
     unsafe {
         match step.kind {
             CollectiveKind::AllReduce => {
@@ -632,45 +653,13 @@ fn ten_thousand_small_mixed_calls_back_to_back() {
             );
             for (i, s) in steps.iter().enumerate() {
                 let (sl, dl) = s.lens(world, r);
-                let options = Options {
-                    mode: s.mode,
-                    algorithm: s.algorithm,
-                    choice: None,
-                };
                 let (sp, dp) = (
                     Span::new(s_base + src_at[i] as u64, sl.max(1) as u64),
                     Span::new(d_base + dst_at[i] as u64, dl.max(1) as u64),
                 );
-                let c = Counts {
-                    addr: c_base + counts_at[i] as u64 * 8,
-                    max_count: s.max_count(),
-                };
-                let (dt, op, n) = (s.dtype, s.op, s.count);
                 // SAFETY: the spans lie inside this rank's slabs, which outlive the synchronise.
                 let launched = unsafe {
-                    match s.kind {
-                        CollectiveKind::AllReduce => {
-                            collective::all_reduce_raw(ctx, dt, op, dp, sp, n, &options)
-                        }
-                        CollectiveKind::AllGather => {
-                            collective::all_gather_raw(ctx, dt, dp, sp, n, &options)
-                        }
-                        CollectiveKind::ReduceScatter => {
-                            collective::reduce_scatter_raw(ctx, dt, op, dp, sp, n, &options)
-                        }
-                        CollectiveKind::AllToAll => {
-                            collective::all_to_all_raw(ctx, dt, dp, sp, n, &options)
-                        }
-                        CollectiveKind::AllGatherV => {
-                            collective::all_gather_v_raw(ctx, dt, dp, sp, c, &options)
-                        }
-                        CollectiveKind::ReduceScatterV => {
-                            collective::reduce_scatter_v_raw(ctx, dt, op, dp, sp, c, &options)
-                        }
-                        CollectiveKind::AllToAllV => {
-                            collective::all_to_all_v_raw(ctx, dt, dp, sp, c, &options)
-                        }
-                    }
+                    launch_spans(ctx, s, sp, dp, c_base + counts_at[i] as u64 * 8, false)
                 };
                 if let Err(e) = launched {
                     return vec![format!("rank {r}: call {i} refused: {e}")];

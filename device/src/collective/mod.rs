@@ -538,12 +538,7 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
         return unsafe { empty::<A>(args, ctx, kind, coll_blocks, &digest) };
     }
     let algorithm = all_reduce_algorithm(plan, bytes, ctx.world, ctx.latency_window_bytes);
-    let b = Buffers {
-        me: ctx.rank,
-        world: ctx.world,
-        src: args.src,
-        dst: args.dst,
-    };
+    let b = Buffers::of(args, ctx);
     match algorithm {
         Algorithm::OneShot | Algorithm::TwoShot => {
             // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
@@ -729,12 +724,7 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
         return unsafe { empty::<A>(args, ctx, kind, coll_blocks, digest) };
     }
     let streams = Scatter {
-        b: Buffers {
-            me: ctx.rank,
-            world: ctx.world,
-            src: args.src,
-            dst: args.dst,
-        },
+        b: Buffers::of(args, ctx),
         src: layout,
     };
     // SAFETY: forwarded contract.
@@ -821,20 +811,47 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
     dst: D,
     digest: &Digest,
 ) {
+    let empty_call = dst.max_part(ctx.world) == Some(0);
     let streams = Gather {
-        b: Buffers {
-            me: ctx.rank,
-            world: ctx.world,
-            src: args.src,
-            dst: args.dst,
-        },
+        b: Buffers::of(args, ctx),
         src,
         dst,
     };
-    if ctx.world == 1 {
-        return local::<A, _>(args, &streams);
+    // SAFETY: forwarded contract.
+    unsafe {
+        copy_streams::<A, _>(
+            args,
+            ctx,
+            kind,
+            plan,
+            coll_blocks,
+            &streams,
+            digest,
+            empty_call,
+        )
     }
-    if streams.dst.max_part(ctx.world) == Some(0) {
+}
+
+/// A copy collective over `streams`: the local stream at world 1, a meeting when the call
+/// moves nothing on any rank, else the throughput regime.
+///
+/// # Safety
+/// As the copy collectives' entry points.
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_streams<A: Atom, S: Streams>(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    plan: &Plan,
+    coll_blocks: u32,
+    streams: &S,
+    digest: &Digest,
+    empty_call: bool,
+) {
+    if ctx.world == 1 {
+        return local::<A, _>(args, streams);
+    }
+    if empty_call {
         // SAFETY: forwarded contract.
         return unsafe { empty::<A>(args, ctx, kind, coll_blocks, digest) };
     }
@@ -846,7 +863,7 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
             kind,
             plan,
             coll_blocks,
-            &streams,
+            streams,
             NoReduce,
             digest,
         )
@@ -961,33 +978,21 @@ unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
     empty_call: bool,
 ) {
     let streams = Exchange {
-        b: Buffers {
-            me: ctx.rank,
-            world: ctx.world,
-            src: args.src,
-            dst: args.dst,
-        },
+        b: Buffers::of(args, ctx),
         src,
         dst,
     };
-    if ctx.world == 1 {
-        return local::<A, _>(args, &streams);
-    }
-    if empty_call {
-        // SAFETY: forwarded contract.
-        return unsafe { empty::<A>(args, ctx, kind, coll_blocks, digest) };
-    }
     // SAFETY: forwarded contract.
     unsafe {
-        staged::<A, _, _>(
+        copy_streams::<A, _>(
             args,
             ctx,
             kind,
             plan,
             coll_blocks,
             &streams,
-            NoReduce,
             digest,
+            empty_call,
         )
     }
 }

@@ -16,6 +16,17 @@ pub(crate) struct Buffers {
 }
 
 impl Buffers {
+    /// This rank's buffers of a call.
+    #[inline(always)]
+    pub(crate) const fn of(args: &crate::snac::SnacArgs, ctx: &crate::context::Context) -> Self {
+        Self {
+            me: ctx.rank,
+            world: ctx.world,
+            src: args.src,
+            dst: args.dst,
+        }
+    }
+
     #[inline(always)]
     fn src_at(&self, offset: u64) -> *const u8 {
         self.src.wrapping_add(offset as usize)
