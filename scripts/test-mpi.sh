@@ -11,4 +11,13 @@ cargo build -p purlin --features mpi
 cargo clippy -p purlin -p purlin-examples -p purlin-bench --no-deps --all-targets --features purlin/mpi,purlin-bench/mpi -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc -p purlin --no-deps --features mpi
 cargo build -p purlin-examples --example p2p --features mpi
+# The bootstrap's bounded exchanges, two processes (no GPU needed).
+exchanges=$(cargo test -p purlin --features mpi --test mpi_bootstrap --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "mpi_bootstrap":
+        print(m["executable"])')
+timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 "$exchanges" --nocapture
 timeout 300 mpirun --allow-run-as-root --oversubscribe -n 2 target/debug/examples/p2p 1M

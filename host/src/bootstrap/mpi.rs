@@ -5,13 +5,23 @@ use crate::error::{Error, Result};
 use crate::validate;
 use mpi::Threading;
 use mpi::collective::CommunicatorCollectives;
+use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// One process per rank, started by `mpirun` (cargo feature `mpi`). Rank and world come from
 /// `MPI_COMM_WORLD`; the node-local rank (from a shared-memory split of it) picks the GPU.
 /// Device buffers are shared through CUDA IPC handles exchanged with an all-gather.
+///
+/// Exchanges and barriers are bounded ([`with_timeout`](Mpi::with_timeout), default
+/// [`DEFAULT_BOOTSTRAP_TIMEOUT`](super::DEFAULT_BOOTSTRAP_TIMEOUT)): they run as MPI's
+/// non-blocking collectives polled against the bound, and a rank that never arrives is an
+/// [`Error::Bootstrap`] instead of a hang. MPI cannot cancel a collective, so after such an error
+/// the bootstrap refuses every later exchange (the abandoned one keeps its buffers, which are
+/// never freed).
 ///
 /// Cloning is cheap and shares the communicators. MPI is finalized when the last clone of a
 /// bootstrap made by [`Mpi::init`] is dropped, so every context made with it must be finalized
@@ -36,6 +46,9 @@ struct Inner {
     world: u32,
     local_rank: u32,
     local_size: u32,
+    timeout: Duration,
+    /// Set once an exchange ran out of time: MPI's collectives can no longer line up.
+    broken: AtomicBool,
     _universe: Option<mpi::environment::Universe>,
 }
 
@@ -113,9 +126,94 @@ impl Mpi {
                 world: size,
                 local_rank,
                 local_size,
+                timeout: super::DEFAULT_BOOTSTRAP_TIMEOUT,
+                broken: AtomicBool::new(false),
                 _universe: universe,
             }),
         })
+    }
+
+    /// This bootstrap with every exchange bounded by `timeout` (shares the communicators).
+    ///
+    /// ```no_run
+    /// let mpi = purlin::bootstrap::Mpi::init()?.with_timeout(std::time::Duration::from_secs(30));
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.timeout = timeout;
+                Mpi {
+                    inner: Arc::new(inner),
+                }
+            }
+            // Shared: the bound stays the clones' (they must agree on it anyway).
+            Err(inner) => Mpi { inner },
+        }
+    }
+
+    /// Waits for `request` at most the bootstrap's timeout. On expiry the request is abandoned
+    /// (its buffers are `'static` and never freed, since MPI may still write them) and the
+    /// bootstrap refuses every later exchange.
+    fn finish<R: ?Sized>(
+        &self,
+        request: Request<'static, R, StaticScope>,
+        what: &str,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(1);
+        let mut pending = request;
+        loop {
+            match pending.test() {
+                Ok(_) => return Ok(()),
+                Err(p) => pending = p,
+            }
+            if start.elapsed() > self.inner.timeout {
+                std::mem::forget(pending);
+                self.inner.broken.store(true, Ordering::Release);
+                return Err(Error::Bootstrap(format!(
+                    "MPI {what} did not complete within {:?} on rank {}: a rank is missing or \
+                     stuck; the bootstrap refuses further exchanges",
+                    self.inner.timeout, self.inner.rank
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.inner.broken.load(Ordering::Acquire) {
+            return Err(Error::Bootstrap(
+                "an earlier MPI exchange ran out of time: this bootstrap cannot exchange again"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// All-gathers `send` (the same length on every rank) into a new vector, bounded.
+    fn gather_fixed<T: mpi::datatype::Equivalence + Copy + Default + 'static>(
+        &self,
+        comms: &Comms,
+        send: Vec<T>,
+        world: usize,
+    ) -> Result<Vec<T>> {
+        let per = send.len();
+        // 'static for MPI's request: reclaimed once the request completed, leaked if not.
+        let send: &'static [T] = Box::leak(send.into_boxed_slice());
+        let recv: &'static mut [T] = Box::leak(vec![T::default(); per * world].into_boxed_slice());
+        let (send_ptr, recv_ptr) = (send as *const [T], recv as *mut [T]);
+        let request = comms
+            .world
+            .immediate_all_gather_into(StaticScope, send, recv);
+        self.finish(request, "all-gather")?;
+        // SAFETY: both came from `Box::leak` above and the request that used them completed,
+        // so nothing else refers to them.
+        let (send, recv) =
+            unsafe { (Box::from_raw(send_ptr as *mut [T]), Box::from_raw(recv_ptr)) };
+        drop(send);
+        Ok(recv.into_vec())
     }
 
     /// This process's rank among the processes of its node.
@@ -175,17 +273,14 @@ impl Bootstrap for Mpi {
     }
 
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.usable()?;
         let comms = self.inner.comms.lock().unwrap_or_else(|e| e.into_inner());
         let world = self.inner.world as usize;
-        let mut lengths = vec![0u64; world];
-        comms
-            .world
-            .all_gather_into(&(data.len() as u64), &mut lengths[..]);
+        let lengths = self.gather_fixed(&comms, vec![data.len() as u64], world)?;
         let width = lengths.iter().copied().max().unwrap_or(0) as usize;
         let mut padded = data.to_vec();
         padded.resize(width, 0);
-        let mut flat = vec![0u8; width * world];
-        comms.world.all_gather_into(&padded[..], &mut flat[..]);
+        let flat = self.gather_fixed(&comms, padded, world)?;
         Ok(flat
             .chunks(width.max(1))
             .zip(&lengths)
@@ -196,8 +291,8 @@ impl Bootstrap for Mpi {
     }
 
     fn barrier(&self) -> Result<()> {
+        self.usable()?;
         let comms = self.inner.comms.lock().unwrap_or_else(|e| e.into_inner());
-        comms.world.barrier();
-        Ok(())
+        self.finish(comms.world.immediate_barrier(), "barrier")
     }
 }
