@@ -67,5 +67,41 @@ fn argument_checks(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, context_lifecycle, tuning, argument_checks);
+/// What the safety checks of this release add to every call: the size products, the overlap
+/// rule, and the typed forms' same-stream test (one `Arc` pointer comparison, here on two
+/// `Arc`s standing in for the buffer's and the context's stream).
+fn safety_checks(c: &mut Criterion) {
+    let (src, dst) = (
+        Span::new(0x7f00_0000_0000, 8 << 20),
+        Span::new(0x7f10_0000_0000, 8 << 20),
+    );
+    let (stream, same) = {
+        let a = std::sync::Arc::new(0u64);
+        (a.clone(), a)
+    };
+    c.bench_function("safety checks added to one collective call", |b| {
+        b.iter(|| {
+            let bytes = validate::elements_to_bytes("count", black_box(1 << 18), 4).unwrap();
+            let s = validate::parts_to_bytes("src", bytes, black_box(8)).unwrap();
+            let d = validate::parts_to_bytes("dst", bytes, black_box(8)).unwrap();
+            validate::check_aliasing(
+                black_box(src),
+                s,
+                black_box(dst),
+                d,
+                validate::Aliasing::Disjoint,
+            )
+            .unwrap();
+            black_box(std::sync::Arc::ptr_eq(black_box(&stream), black_box(&same)))
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    context_lifecycle,
+    tuning,
+    argument_checks,
+    safety_checks
+);
 criterion_main!(benches);

@@ -372,3 +372,66 @@ fn a_faulting_rank_stops_its_peers_at_once() {
         assert_eq!(missing, 3, "{f}");
     }
 }
+
+/// An Atom laid out for two threads per block (the register datapath, which needs no shared
+/// memory): enough to see a larger block refused.
+#[derive(Clone, Copy, Debug)]
+struct TwoThreads;
+
+impl purlin_device::atom::Atom for TwoThreads {
+    const NAME: &'static str = "two-threads";
+    const THREADS: u32 = 2;
+    const SMEM_BYTES: u32 = 0;
+
+    unsafe fn copy(
+        coop: purlin_device::coop::Coop,
+        dst: *mut u8,
+        src: *const u8,
+        bytes: usize,
+        smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { <Host as purlin_device::atom::Atom>::copy(coop, dst, src, bytes, smem) }
+    }
+
+    unsafe fn reduce<T: purlin_device::element::Element, O: purlin_device::op::ReduceOp>(
+        coop: purlin_device::coop::Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { <Host as purlin_device::atom::Atom>::reduce::<T, O>(coop, dst, srcs, count, smem) }
+    }
+}
+
+/// A block with more threads than its Atom is laid out for (a fused kernel launched with the
+/// wrong block size) is refused before the Atom could run past its shared memory; the Atom's
+/// own block size runs.
+#[test]
+fn blocks_larger_than_the_atom_supports_are_refused() {
+    let src: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(64)).collect();
+    let dst: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(128)).collect();
+    let run = |threads: u32| {
+        let comm = communicator(2);
+        comm.launch_threads(1, threads, None, |rank, block, ctx, smem| {
+            let r = rank as usize;
+            let mut args =
+                SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), 64, 1).bounded(64, 128, 0);
+            (args.block, args.smem) = (block, smem);
+            // SAFETY: the buffers hold 64 and 128 bytes, as the capacities say.
+            unsafe { collective::all_gather::<TwoThreads, Runtime>(args, ctx) };
+        })
+    };
+    let faults = faults_of(run(4).expect_err("four threads on a two-thread Atom"));
+    assert_eq!(faults.len(), 2);
+    for f in &faults {
+        assert_eq!(
+            (f.kind, f.refusal(), f.observed),
+            (FaultKind::InvalidArgument, Refusal::BlockThreads, 4),
+            "{f}"
+        );
+    }
+    assert!(run(2).is_ok());
+}
