@@ -112,6 +112,16 @@ impl Buffer {
         unsafe { core::slice::from_raw_parts(self.ptr as *const u8, self.len) }.to_vec()
     }
 
+    /// A copy of `len` bytes from `offset` (clipped to the buffer), under the same lock.
+    pub fn bytes_at(&self, offset: usize, len: usize) -> Vec<u8> {
+        let _reading = self.access.read().unwrap_or_else(|e| e.into_inner());
+        let from = offset.min(self.len);
+        let to = offset.saturating_add(len).min(self.len);
+        // SAFETY: `from..to` lies inside the `len` initialised bytes; writers hold the lock.
+        unsafe { core::slice::from_raw_parts((self.ptr as *const u8).add(from), to - from) }
+            .to_vec()
+    }
+
     /// A copy of the contents as `T`s (`len / size_of::<T>()` of them).
     pub fn as_slice<T: Element>(&self) -> Vec<T> {
         let _reading = self.access.read().unwrap_or_else(|e| e.into_inner());
@@ -355,11 +365,10 @@ impl Communicator {
 
     /// The fault recorded by `rank`, if any.
     pub fn fault(&self, rank: u32) -> Option<Fault> {
-        let state = self.ranks[rank as usize].state.bytes();
-        let record: &[u8; 64] = state[LocalState::FAULT..LocalState::FAULT + 64]
-            .try_into()
-            .ok()?;
-        Fault::decode(record)
+        let record = self.ranks[rank as usize]
+            .state
+            .bytes_at(LocalState::FAULT, LocalState::FAULT_BYTES);
+        Fault::decode(record.as_slice().try_into().ok()?)
     }
 
     /// Runs `body(rank, block, ctx, smem)` on one thread per (rank, block), `blocks` blocks
@@ -468,10 +477,10 @@ impl Communicator {
         if queues.len() < world {
             return Err(EmulationError::Buffers);
         }
-        for (rank, queue) in queues[..world].iter().enumerate() {
+        for queue in &queues[..world] {
             for q in queue {
                 check_shape(q.launch.blocks, q.launch.threads)?;
-                q.check_buffers(self.world(), rank as u32)?;
+                q.check_buffers(self.world())?;
             }
         }
         let _held = Held::lock(queues[..world].iter().flatten().flat_map(|q| {
@@ -554,7 +563,7 @@ impl Communicator {
                 dst: &dst[r],
                 counts: counts.map(|c| &c[r]),
             };
-            q.check_buffers(self.world(), r as u32)?;
+            q.check_buffers(self.world())?;
         }
         let _held = Held::lock(
             src[..world]
@@ -647,7 +656,7 @@ impl Queued<'_> {
     /// `2 × world` for AllToAllV) in a buffer that holds them. Everything else — sizes against
     /// the buffers' lengths, counts against `max_count` and the buffers — the collectives
     /// check on the device from the capacities [`args`](Self::args) passes, and refuse.
-    fn check_buffers(&self, world: u32, _rank: u32) -> Result<(), EmulationError> {
+    fn check_buffers(&self, world: u32) -> Result<(), EmulationError> {
         let kind = self.launch.collective;
         if !kind.is_v() {
             return Ok(());

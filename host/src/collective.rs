@@ -622,7 +622,11 @@ fn stream_of(ctx: &Context) -> Result<&std::sync::Arc<cudarc::driver::CudaStream
 /// therefore freed only after every collective queued before the drop has run; one of another
 /// stream could be freed while a queued collective still reads or writes it. The safe typed
 /// functions refuse such buffers (use the `*_raw` forms, whose contract says so, for them).
-fn own_stream<T>(what: &'static str, ctx: &Context, buf: &impl DevicePtr<T>) -> Result<()> {
+fn own_stream<T>(
+    what: &'static str,
+    ctx: &Context,
+    buf: &impl cudarc::driver::DeviceSlice<T>,
+) -> Result<()> {
     let stream = stream_of(ctx)?;
     if std::sync::Arc::ptr_eq(cudarc::driver::DeviceSlice::stream(buf), stream) {
         Ok(())
@@ -643,16 +647,8 @@ fn span<T>(what: &'static str, ctx: &Context, buf: &impl DevicePtr<T>) -> Result
 }
 
 fn span_mut<T>(what: &'static str, ctx: &Context, buf: &mut impl DevicePtrMut<T>) -> Result<Span> {
+    own_stream(what, ctx, buf)?;
     let stream = stream_of(ctx)?;
-    if !std::sync::Arc::ptr_eq(cudarc::driver::DeviceSlice::stream(buf), stream) {
-        return Err(Error::InvalidArgument {
-            what,
-            reason: "the buffer belongs to another stream than the context's: it could be freed \
-                     while the collective still writes it (allocate it on the context's stream, \
-                     or use the *_raw form and keep it alive until the collective has run)"
-                .into(),
-        });
-    }
     let bytes = cudarc::driver::DeviceSlice::num_bytes(buf) as u64;
     let (addr, _guard) = buf.device_ptr_mut(stream);
     Ok(Span::new(addr, bytes))

@@ -440,12 +440,32 @@ impl Fault {
     /// This fault packed into the `u64` a rank's abort record carries to its peers: kind,
     /// collective, peer, signal, whether the peer was missing, and the refusal or field.
     pub const fn cause_code(&self) -> u64 {
-        (self.kind as u64)
-            | ((self.collective as u64) << 8)
-            | ((self.peer as u64 & 0xff) << 16)
-            | ((self.signal as u64) << 24)
-            | ((self.peer_missing as u64) << 32)
-            | ((self.detail & 0xff) << 40)
+        Self::encode_cause(
+            self.kind,
+            self.collective,
+            self.peer,
+            self.signal,
+            self.peer_missing,
+            self.detail,
+        )
+    }
+
+    /// The [`cause_code`](Self::cause_code) of a fault with these fields (what a faulting block
+    /// writes before any `Fault` value exists); [`from_cause`](Self::from_cause) reads it back.
+    pub const fn encode_cause(
+        kind: FaultKind,
+        collective: CollectiveKind,
+        peer: u32,
+        signal: SignalKind,
+        peer_missing: bool,
+        detail: u64,
+    ) -> u64 {
+        (kind as u64)
+            | ((collective as u64) << 8)
+            | ((peer as u64 & 0xff) << 16)
+            | ((signal as u64) << 24)
+            | ((peer_missing as u64) << 32)
+            | ((detail & 0xff) << 40)
     }
 
     /// The first fault of rank `rank`, unpacked from its [`cause_code`](Self::cause_code)

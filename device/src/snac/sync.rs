@@ -670,12 +670,14 @@ impl<'a> Call<'a> {
         {
             return;
         }
-        let cause = (kind as u64)
-            | ((self.collective as u64) << 8)
-            | ((peer as u64 & 0xff) << 16)
-            | ((signal as u64) << 24)
-            | ((missing as u64) << 32)
-            | ((detail & 0xff) << 40);
+        let cause = super::fault::Fault::encode_cause(
+            kind,
+            self.collective,
+            peer,
+            signal,
+            missing == 1,
+            detail,
+        );
         let time = arch::global_timer_ns();
         for q in 0..self.world() {
             if q != self.me() {

@@ -104,6 +104,20 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
+    /// `in_tensor` split into `world` equal parts: the elements of one part, or the error that
+    /// says `collective` needs a multiple of the world size.
+    fn part_numel(&self, collective: &str) -> Result<u64> {
+        if !self.src.numel.is_multiple_of(self.world()) {
+            return Err(value(format!(
+                "in_tensor has {} elements, not a multiple of the world size {}: {collective} \
+                 splits it into world equal parts",
+                self.src.numel,
+                self.world()
+            )));
+        }
+        Ok(self.src.numel / self.world())
+    }
+
     /// Runs `f` on the handle's live state with its context on the call's stream.
     fn run(&self, f: impl FnOnce(&mut Live) -> purlin::Result<()>) -> PyResult<()> {
         self.handle
@@ -253,16 +267,7 @@ pub fn reduce_scatter(
     let (mode, op) = (mode_of(reduction_mode)?, op_of(op)?);
     let call = Call::new(handle, in_tensor, out_tensor, stream_ptr)?;
     let dtype = call.src.reducible("reduce_scatter")?;
-    if !call.src.numel.is_multiple_of(call.world()) {
-        return Err(value(format!(
-            "in_tensor has {} elements, not a multiple of the world size {}: reduce_scatter \
-             splits it into world equal parts",
-            call.src.numel,
-            call.world()
-        ))
-        .into());
-    }
-    let count = call.src.numel / call.world();
+    let count = call.part_numel("reduce_scatter")?;
     call.out_numel(
         count,
         "reduce_scatter writes in_tensor.numel() / world elements",
@@ -297,15 +302,7 @@ pub fn all_to_all(
     stream_ptr: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let call = Call::new(handle, in_tensor, out_tensor, stream_ptr)?;
-    if !call.src.numel.is_multiple_of(call.world()) {
-        return Err(value(format!(
-            "in_tensor has {} elements, not a multiple of the world size {}: all_to_all splits \
-             it into world equal parts",
-            call.src.numel,
-            call.world()
-        ))
-        .into());
-    }
+    call.part_numel("all_to_all")?;
     call.out_numel(
         call.src.numel,
         "all_to_all writes as many elements as it reads",
