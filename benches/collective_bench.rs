@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! purlin-bench ar 8 256M 8 32 8 --ranks 8 --check --plot ar.png
+//! purlin-bench ar 16 32K 20 50 8 --one-graph --csv     # latency as eight GPUs would see it
 //! ```
 
 use clap::Parser;
@@ -57,6 +58,9 @@ fn bench(args: &Args) -> Result<(), String> {
         warmup: args.warmup,
         seed,
         check: args.check,
+        one_graph: args.one_graph,
+        skew: args.skew,
+        floor: true,
     };
     #[cfg(feature = "mpi")]
     let mpi = if args.mpi {
@@ -64,6 +68,9 @@ fn bench(args: &Args) -> Result<(), String> {
     } else {
         None
     };
+    if args.mpi && args.one_graph {
+        return Err("--one-graph needs every rank in this process (not --mpi)".into());
+    }
     #[cfg(not(feature = "mpi"))]
     if args.mpi {
         return Err("--mpi needs purlin-bench built with `--features mpi`".into());
@@ -86,7 +93,7 @@ fn bench(args: &Args) -> Result<(), String> {
     };
     let copy_bw = run::copy_bandwidth(&gpu).map_err(|e| e.to_string())?;
     println!(
-        "# {} on {} rank(s), {} ({} SMs), {} GPU(s); {}; graphLaunches {} runs {} warmup {}; copy roofline {:.3} TB/s",
+        "# {} on {} rank(s), {} ({} SMs), {} GPU(s); {}; graphLaunches {} runs {} warmup {}; {}; copy roofline {:.3} TB/s",
         args.collective.name(),
         args.ranks,
         gpu.name(),
@@ -100,6 +107,13 @@ fn bench(args: &Args) -> Result<(), String> {
         args.graph_launches,
         args.runs,
         args.warmup,
+        if args.graph_launches == 0 {
+            "plain launches"
+        } else if args.one_graph {
+            "all ranks in one graph"
+        } else {
+            "one graph per rank"
+        },
         copy_bw / 1e12
     );
     let progress = |done: usize, all: usize| {
@@ -129,6 +143,9 @@ fn bench(args: &Args) -> Result<(), String> {
             "{}",
             report::line(row, args.collective, args.ranks, args.csv)
         );
+    }
+    if let Some(f) = rows.first().and_then(|r| r.floor_us) {
+        println!("# launch floor (an empty kernel per rank, timed the same way): {f:.2} us");
     }
     let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
     if let Some(path) = &args.plot {

@@ -148,6 +148,11 @@ fn main() {
                     warmup: 2,
                     seed: 1,
                     check: false,
+                    // Timed as eight GPUs would see it (all ranks' calls in one graph), which
+                    // is what decides the latency bands.
+                    one_graph: true,
+                    skew: run::Skew::Linear,
+                    floor: false,
                 };
                 let best = match run::run(&gpu, &sweep, copy_bw, |_, _| {}) {
                     Ok(rows) => rows

@@ -1,6 +1,7 @@
 //! Command line of `purlin-bench`, as the original's benchmarks take it plus Purlin's flags.
 
 use super::report::Collective;
+use super::run::Skew;
 use super::sizes::parse_size;
 use clap::{Parser, ValueEnum};
 
@@ -68,7 +69,7 @@ pub struct Args {
     /// Largest size.
     #[arg(default_value = "128M", value_parser = parse_size)]
     pub max_bytes: u64,
-    /// Collectives captured into one CUDA graph whose replays are timed (0: plain launches).
+    /// Collectives captured into a CUDA graph whose replays are timed (0: plain launches).
     #[arg(default_value_t = 8)]
     pub graph_launches: u32,
     /// Timed iterations per size (graph replays when graphs are on).
@@ -104,7 +105,25 @@ pub struct Args {
     /// Spread the ranks over this many GPUs of this machine (1: the virtual node).
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
+    /// All ranks' calls in one CUDA graph (fork to every rank's stream, join back), which is
+    /// what eight GPUs launching at once look like; without it every rank times its own graph,
+    /// which on the virtual node mostly measures the GPU starting the ranks' launches in turn.
+    /// Not with `--mpi` (ranks in other processes).
+    #[arg(long)]
+    pub one_graph: bool,
+    /// The V forms' split: `linear` (rank p's share grows with p + 1) or a Zipf exponent (rank
+    /// p's share falls as 1/(p+1)^s).
+    #[arg(long, default_value = "linear", value_parser = parse_skew)]
+    pub skew: Skew,
     /// One process per rank under `mpirun` (needs the `mpi` feature); the world is mpirun's.
     #[arg(long)]
     pub mpi: bool,
+}
+
+/// `linear`, or a Zipf exponent (a finite number of at least 0).
+fn parse_skew(s: &str) -> Result<Skew, String> {
+    if s == "linear" {
+        return Ok(Skew::Linear);
+    }
+    super::classic::zipf_exponent(Some(s)).map(Skew::Zipf)
 }

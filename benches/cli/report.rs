@@ -86,12 +86,17 @@ pub struct Row {
     pub redop: &'static str,
     /// Time per collective, µs (the slowest rank).
     pub time_us: f64,
-    /// Wrong elements found by `--check` (`None`: not checked).
+    /// Wrong elements found by `--check`, summed over ranks (`None`: not checked).
     pub wrong: Option<u64>,
+    /// Elements `--check` compared, summed over ranks (`None`: not checked).
+    pub checked: Option<u64>,
     /// Fewest bytes through memory (see [`Collective::min_memory_bytes`]).
     pub min_memory_bytes: f64,
     /// The device-to-device copy bandwidth of this run, bytes per second (read + written).
     pub copy_bandwidth: f64,
+    /// An empty kernel per rank timed exactly as the collective (same mode, same calls per
+    /// graph), µs per call: the launch floor of this run (`None`: not measured).
+    pub floor_us: Option<f64>,
 }
 
 impl Row {
@@ -109,6 +114,15 @@ impl Row {
         self.algbw() * collective.bus_factor(world)
     }
 
+    /// Wrong elements as a percentage of those compared (`None`: not checked).
+    pub fn error_percent(&self) -> Option<f64> {
+        match (self.wrong, self.checked) {
+            (Some(w), Some(c)) if c > 0 => Some(100.0 * w as f64 / c as f64),
+            (Some(w), Some(_)) => Some(if w > 0 { 100.0 } else { 0.0 }),
+            _ => None,
+        }
+    }
+
     /// Achieved memory bandwidth over the copy's: the roofline fraction.
     pub fn roofline(&self) -> f64 {
         if self.time_us <= 0.0 || self.copy_bandwidth <= 0.0 {
@@ -121,7 +135,8 @@ impl Row {
 /// The table header (nccl-tests style).
 pub fn header(csv: bool) -> String {
     if csv {
-        "collective,world,size,count,type,redop,time_us,algbw_gbs,busbw_gbs,wrong,roofline".into()
+        "collective,world,size,count,type,redop,time_us,algbw_gbs,busbw_gbs,wrong,roofline,floor_us"
+            .into()
     } else {
         format!(
             "#{:>12} {:>12} {:>9} {:>6} {:>10} {:>8} {:>8} {:>7} {:>8}\n#{:>12} {:>12} {:>9} {:>6} {:>10} {:>8} {:>8} {:>7} {:>8}",
@@ -152,7 +167,7 @@ pub fn line(row: &Row, collective: Collective, world: u32, csv: bool) -> String 
     let wrong = row.wrong.map_or("N/A".to_string(), |w| w.to_string());
     if csv {
         format!(
-            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{:.4}",
+            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{:.4},{}",
             collective.name(),
             world,
             row.total_bytes,
@@ -163,7 +178,8 @@ pub fn line(row: &Row, collective: Collective, world: u32, csv: bool) -> String 
             row.algbw(),
             row.busbw(collective, world),
             wrong,
-            row.roofline()
+            row.roofline(),
+            row.floor_us.map_or(String::new(), |f| format!("{f:.3}"))
         )
     } else {
         format!(
@@ -193,6 +209,8 @@ mod tests {
             redop: "sum",
             time_us,
             wrong: Some(0),
+            checked: Some(1 << 29),
+            floor_us: Some(1.5),
             min_memory_bytes: Collective::Ar.min_memory_bytes(8, 1 << 30),
             copy_bandwidth: 4.0e12,
         }

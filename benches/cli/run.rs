@@ -3,8 +3,9 @@
 //! under MPI; ranks meet at the bootstrap for every size. Time per collective is the slowest
 //! rank's.
 
+use super::one_graph::OneGraph;
 use super::report::{Collective, Row};
-use cudarc::driver::{CudaSlice, CudaStream, sys};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, sys};
 use purlin::bootstrap::{Bootstrap, InProcess};
 use purlin::collective::{self, Counts, Options};
 use purlin::memory::{DeviceAllocator, Span};
@@ -41,6 +42,14 @@ pub struct Sweep {
     pub seed: u64,
     /// Verify every result.
     pub check: bool,
+    /// With `graph_launches > 0` and every rank in this process ([`run`]): all ranks' calls in
+    /// one graph (what the ranks of eight GPUs launching at once look like), not one graph per
+    /// rank.
+    pub one_graph: bool,
+    /// How the V forms split their totals.
+    pub skew: Skew,
+    /// Also time an empty kernel the same way, once per sweep (the rows' `floor_us`).
+    pub floor: bool,
 }
 
 /// Elements per part of a size: what `count` the collective is called with (the V forms: the
@@ -55,24 +64,44 @@ pub fn count_for(collective: Collective, world: u32, size: u64, elem: usize) -> 
     (per_rank / elem as u64) / unit * unit
 }
 
-/// The V forms' counts for a total of `count × world` elements: linear skew (rank `p` gets a
-/// share proportional to `p + 1`), each a multiple of a 16-byte unit. AllToAllV: `2 × world`
-/// counts per rank (sent, received).
+/// How the V forms split their total between ranks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Skew {
+    /// Rank `p` gets a share proportional to `p + 1`.
+    Linear,
+    /// Rank `p` gets a share proportional to `1 / (p + 1)^s` (Zipf with exponent `s`; 0 is an
+    /// even split).
+    Zipf(f64),
+}
+
+impl Skew {
+    fn weight(self, p: u64) -> f64 {
+        match self {
+            Skew::Linear => (p + 1) as f64,
+            Skew::Zipf(s) => 1.0 / ((p + 1) as f64).powf(s),
+        }
+    }
+}
+
+/// The V forms' counts for a total of `count × world` elements, split by `skew`, each a
+/// multiple of a 16-byte unit (so the shares never sum past the total). AllToAllV: `2 × world`
+/// counts per rank (sent, received): every rank sends `share(p) / world` to `p`.
 pub fn v_counts(
     collective: Collective,
     world: u32,
     rank: u32,
     count: u64,
     elem: usize,
+    skew: Skew,
 ) -> Vec<u64> {
     let unit = (16 / elem) as u64;
     let w = world as u64;
     let total = count * w;
-    let weight_sum = w * (w + 1) / 2;
-    let share = |p: u64| (total * (p + 1) / weight_sum) / unit * unit;
+    let weight_sum: f64 = (0..w).map(|p| skew.weight(p)).sum();
+    let share =
+        |p: u64| ((total as f64 * skew.weight(p) / weight_sum) as u64).min(total) / unit * unit;
     match collective {
         Collective::A2av => {
-            // Rank r sends share(p)/w elements to p; receives share(r)/w from everyone.
             let sent: Vec<u64> = (0..w).map(|p| share(p) / w / unit * unit).collect();
             let received: Vec<u64> = (0..w)
                 .map(|_| share(rank as u64) / w / unit * unit)
@@ -83,28 +112,31 @@ pub fn v_counts(
     }
 }
 
-/// Deterministic pseudo-random elements of `dtype` (small integers and halves, exactly
-/// representable in every type, so sums of a few ranks are exact in f32).
+/// The value of element `index` of `rank`'s input: counter-based (a hash of seed, rank and
+/// index), so the reference of any output element is computed without the inputs in memory.
+/// Small integers and halves, exactly representable in every type, so sums of a few ranks are
+/// exact in f32.
+pub fn input_value(seed: u64, rank: u32, index: u64) -> f32 {
+    let mut x =
+        seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(rank as u64 + 1)) ^ index.rotate_left(32);
+    // splitmix64's finaliser.
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    ((x >> 40) % 8) as f32 * 0.5 - 2.0
+}
+
+/// `rank`'s input: `bytes` (whole elements) of [`input_value`]s.
 pub fn inputs(seed: u64, rank: u32, bytes: usize, dtype: DataType) -> Vec<u8> {
-    let mut x = seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(rank as u64 + 1));
     let size = dtype.size();
     let mut out = vec![0u8; bytes / size * size];
-    for e in out.chunks_exact_mut(size) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let v = ((x >> 40) % 8) as f32 * 0.5 - 2.0;
-        match dtype {
-            DataType::F32 => e.copy_from_slice(&v.to_le_bytes()),
-            DataType::F16 => e.copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes()),
-            DataType::Bf16 => e.copy_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),
-            DataType::E4m3 => e[0] = purlin::E4m3::from_f32(v).0,
-            DataType::E5m2 => e[0] = purlin::E5m2::from_f32(v).0,
-        }
+    for (i, e) in out.chunks_exact_mut(size).enumerate() {
+        encode(dtype, input_value(seed, rank, i as u64), e);
     }
     out
 }
-
+#[cfg(test)]
 fn decode(dtype: DataType, b: &[u8]) -> f32 {
     match dtype {
         DataType::F32 => f32::from_le_bytes(b[..4].try_into().unwrap()),
@@ -152,80 +184,85 @@ fn combine(op: ReduceOpKind, a: f32, b: f32) -> f32 {
     }
 }
 
-/// Reduces equal-length byte slices element by element in f32, in order, rounding once.
-fn reduce(dtype: DataType, op: ReduceOpKind, parts: &[&[u8]]) -> Vec<u8> {
-    let size = dtype.size();
-    let mut out = vec![0u8; parts[0].len()];
-    for (i, o) in out.chunks_exact_mut(size).enumerate() {
-        let at = i * size;
-        let acc = parts[1..]
-            .iter()
-            .fold(decode(dtype, &parts[0][at..]), |a, p| {
-                combine(op, a, decode(dtype, &p[at..]))
-            });
-        encode(dtype, acc, o);
-    }
-    out
+/// One run of a rank's expected output: `len` elements, each the reduction (in rank order, in
+/// f32, rounded once) of the elements at the same index from `sources` (rank, first element
+/// of that rank's input); a single source is a copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// Elements.
+    pub len: u64,
+    /// (rank, element offset into its input), in reduction order.
+    pub sources: Vec<(u32, u64)>,
 }
 
-/// What every rank's output must be, from every rank's input.
-fn expected(sweep: &Sweep, count: u64, all_in: &[Vec<u8>], counts: &[Vec<u64>]) -> Vec<Vec<u8>> {
-    let (w, size) = (sweep.world as usize, sweep.dtype.size());
-    let part = count as usize * size;
-    match sweep.collective {
-        Collective::Ar => {
-            let parts: Vec<&[u8]> = all_in.iter().map(|v| &v[..part]).collect();
-            vec![reduce(sweep.dtype, sweep.op, &parts); w]
-        }
-        Collective::Ag => vec![all_in.iter().flat_map(|v| v[..part].to_vec()).collect(); w],
-        Collective::Rs => (0..w)
-            .map(|r| {
-                let parts: Vec<&[u8]> = all_in
-                    .iter()
-                    .map(|v| &v[r * part..(r + 1) * part])
-                    .collect();
-                reduce(sweep.dtype, sweep.op, &parts)
-            })
-            .collect(),
-        Collective::A2a => (0..w)
-            .map(|r| {
-                (0..w)
-                    .flat_map(|p| all_in[p][r * part..(r + 1) * part].to_vec())
-                    .collect()
-            })
+/// What rank `r`'s output holds, run by run, for `count` (the V forms: `counts_of(p)` is rank
+/// `p`'s counts array).
+pub fn layout(
+    collective: Collective,
+    world: u32,
+    r: u32,
+    count: u64,
+    counts_of: impl Fn(u32) -> Vec<u64>,
+) -> Vec<Segment> {
+    let all = |off: u64| (0..world).map(|p| (p, off)).collect::<Vec<_>>();
+    let one = |p: u32, off: u64, len: u64| Segment {
+        len,
+        sources: vec![(p, off)],
+    };
+    let w = world as usize;
+    match collective {
+        Collective::Ar => vec![Segment {
+            len: count,
+            sources: all(0),
+        }],
+        Collective::Ag => (0..world).map(|p| one(p, 0, count)).collect(),
+        Collective::Rs => vec![Segment {
+            len: count,
+            sources: all(r as u64 * count),
+        }],
+        Collective::A2a => (0..world)
+            .map(|p| one(p, r as u64 * count, count))
             .collect(),
         Collective::Agv => {
-            let c = &counts[0];
-            vec![
-                (0..w)
-                    .flat_map(|p| all_in[p][..c[p] as usize * size].to_vec())
-                    .collect();
-                w
-            ]
+            let c = counts_of(0);
+            (0..world).map(|p| one(p, 0, c[p as usize])).collect()
         }
         Collective::Rsv => {
-            let c = &counts[0];
-            (0..w)
-                .map(|r| {
-                    let off = c[..r].iter().sum::<u64>() as usize * size;
-                    let len = c[r] as usize * size;
-                    let parts: Vec<&[u8]> = all_in.iter().map(|v| &v[off..off + len]).collect();
-                    reduce(sweep.dtype, sweep.op, &parts)
-                })
-                .collect()
+            let c = counts_of(0);
+            vec![Segment {
+                len: c[r as usize],
+                sources: all(c[..r as usize].iter().sum()),
+            }]
         }
-        Collective::A2av => (0..w)
-            .map(|r| {
-                (0..w)
-                    .flat_map(|p| {
-                        let sent = &counts[p][..w];
-                        let off = sent[..r].iter().sum::<u64>() as usize * size;
-                        all_in[p][off..off + sent[r] as usize * size].to_vec()
-                    })
-                    .collect()
+        Collective::A2av => (0..world)
+            .map(|p| {
+                let sent = &counts_of(p)[..w];
+                one(p, sent[..r as usize].iter().sum(), sent[r as usize])
             })
             .collect(),
     }
+}
+
+/// Compares `got` (rank `r`'s output bytes) with the reference of its layout; returns (wrong
+/// elements, elements compared). Elements the output is too short for count as wrong.
+pub fn wrong_elements(sweep: &Sweep, segments: &[Segment], got: &[u8]) -> (u64, u64) {
+    let size = sweep.dtype.size();
+    let (mut wrong, mut at, mut want) = (0u64, 0usize, vec![0u8; size]);
+    for seg in segments {
+        for i in 0..seg.len {
+            let mut acc: Option<f32> = None;
+            for &(p, off) in &seg.sources {
+                let v = input_value(sweep.seed, p, off + i);
+                acc = Some(acc.map_or(v, |a| combine(sweep.op, a, v)));
+            }
+            encode(sweep.dtype, acc.unwrap_or(0.0), &mut want);
+            if got.get(at..at + size) != Some(&want[..]) {
+                wrong += 1;
+            }
+            at += size;
+        }
+    }
+    (wrong, (at / size) as u64)
 }
 
 /// Bytes of each rank's input and output buffers for a size (the largest layout).
@@ -261,7 +298,7 @@ pub fn copy_bandwidth(gpu: &Arc<Gpu>) -> purlin::Result<f64> {
 }
 
 /// Median milliseconds of `runs` executions of `f`, each between a pair of events.
-fn time_ms(
+pub(crate) fn time_ms(
     stream: &Arc<CudaStream>,
     runs: u32,
     mut f: impl FnMut(u32) -> purlin::Result<()>,
@@ -328,13 +365,18 @@ pub fn run(
             }
         })
         .collect::<purlin::Result<_>>()?;
-    let progress = &progress;
+    let one = if sweep.one_graph {
+        Some(OneGraph::new(sweep.world, gpu.new_stream()?))
+    } else {
+        None
+    };
+    let (progress, one) = (&progress, one.as_ref());
     let results: Vec<purlin::Result<Vec<Row>>> = std::thread::scope(|s| -> purlin::Result<_> {
         let handles: Vec<_> = InProcess::group(sweep.world)?
             .into_iter()
             .map(|b| {
                 let gpu = gpus[b.rank() as usize % gpus.len()].clone();
-                s.spawn(move || run_rank(&b, &gpu, sweep, copy_bandwidth, progress))
+                s.spawn(move || run_rank_in(&b, &gpu, sweep, copy_bandwidth, progress, one))
             })
             .collect();
         Ok(handles
@@ -357,15 +399,85 @@ fn f64s(all: Vec<Vec<u8>>) -> Vec<f64> {
         .collect()
 }
 
+/// A kernel that does nothing: the launch floor, timed exactly as the collective is.
+const EMPTY_PTX: &str = "
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry purlin_bench_empty()
+{
+    ret;
+}
+";
+
+/// Queues one empty kernel on `stream`.
+fn launch_empty(stream: &Arc<CudaStream>, f: &CudaFunction) -> purlin::Result<()> {
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the kernel takes no parameters and touches no memory.
+    unsafe { stream.launch_builder(f).launch(cfg) }?;
+    Ok(())
+}
+
+/// Milliseconds per call of `call`, the sweep's way: plain launches, a graph per rank of
+/// `graph_launches` calls, or all ranks' calls in one graph (`one`); the slowest rank's.
+fn time_per_call<B: Bootstrap>(
+    b: &B,
+    sweep: &Sweep,
+    stream: &Arc<CudaStream>,
+    one: Option<&OneGraph>,
+    call: impl Fn() -> purlin::Result<()>,
+) -> purlin::Result<f64> {
+    let calls = sweep.graph_launches;
+    let capture = |calls: u32| -> purlin::Result<()> { (0..calls).try_for_each(|_| call()) };
+    let per_call_ms = match one {
+        Some(one) if calls > 0 => one
+            .time(b.rank(), stream, calls, sweep.runs, || capture(calls))
+            .map_err(purlin::Error::InvalidLaunch)?,
+        _ if calls > 0 => {
+            stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let captured = capture(calls);
+            let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+            captured?;
+            let graph = graph.ok_or_else(|| {
+                purlin::Error::InvalidLaunch("the capture produced no graph".into())
+            })?;
+            time_ms(stream, sweep.runs, |_| {
+                graph.launch().map_err(purlin::Error::from)
+            })? / calls as f64
+        }
+        _ => time_ms(stream, sweep.runs, |_| call())?,
+    };
+    stream.synchronize()?;
+    Ok(f64s(b.all_gather(&per_call_ms.to_le_bytes())?)
+        .into_iter()
+        .fold(0.0, f64::max))
+}
+
 /// One rank's part of the sweep, through any bootstrap (in-process threads, or MPI: one process
 /// per rank). Ranks meet at the bootstrap for every size; every rank returns the same rows
-/// (times are the slowest rank's; wrong elements are summed over ranks).
+/// (times are the slowest rank's; wrong elements are summed over ranks). Per-rank graphs: with
+/// ranks in one process, [`run`] can time all ranks' calls in one graph instead.
 pub fn run_rank<B: Bootstrap + Clone + 'static>(
     b: &B,
     gpu: &Arc<Gpu>,
     sweep: &Sweep,
     copy_bandwidth: f64,
     progress: &(impl Fn(usize, usize) + Sync),
+) -> purlin::Result<Vec<Row>> {
+    run_rank_in(b, gpu, sweep, copy_bandwidth, progress, None)
+}
+
+fn run_rank_in<B: Bootstrap + Clone + 'static>(
+    b: &B,
+    gpu: &Arc<Gpu>,
+    sweep: &Sweep,
+    copy_bandwidth: f64,
+    progress: &(impl Fn(usize, usize) + Sync),
+    one: Option<&OneGraph>,
 ) -> purlin::Result<Vec<Row>> {
     let (r, world, elem) = (b.rank(), sweep.world, sweep.dtype.size());
     if b.world() != world {
@@ -391,10 +503,22 @@ pub fn run_rank<B: Bootstrap + Clone + 'static>(
     if !mine.is_empty() {
         stream.memcpy_htod(&mine, &mut src.slice_mut(..mine.len()))?;
     }
+    drop(mine);
+    // The launch floor of this timing mode, once per sweep.
+    let floor_us = if sweep.floor {
+        let module = stream
+            .context()
+            .load_module(cudarc::nvrtc::Ptx::from_src(EMPTY_PTX))?;
+        let empty = module.load_function("purlin_bench_empty")?;
+        b.barrier()?;
+        Some(1e3 * time_per_call(b, sweep, &stream, one, || launch_empty(&stream, &empty))?)
+    } else {
+        None
+    };
     let mut rows = Vec::with_capacity(sweep.sizes.len());
     for (i, &size) in sweep.sizes.iter().enumerate() {
         let count = count_for(sweep.collective, world, size, elem);
-        let counts = v_counts(sweep.collective, world, r, count, elem);
+        let counts = v_counts(sweep.collective, world, r, count, elem, sweep.skew);
         stream.memcpy_htod(&counts, &mut counts_buf.slice_mut(..counts.len()))?;
         let (s_span, d_span) = (
             Span::from_device(&src, &stream),
@@ -411,69 +535,37 @@ pub fn run_rank<B: Bootstrap + Clone + 'static>(
             &sweep.options
         };
         for o in options {
+            // SAFETY: buffers sized for the largest size of the sweep; the counts buffer holds
+            // this size's counts.
+            let once = || unsafe { call(sweep, o, &ctx, d_span, s_span, count, counts_arg) };
             b.barrier()?;
-            // 1. Check: poison, one call, compare with the reference built from every rank's input.
-            let wrong = if sweep.check {
+            // 1. Check: poison, one call, compare with the reference of every rank's input.
+            let checked = if sweep.check {
                 stream.memcpy_htod(&vec![0xffu8; out_cap], &mut dst.slice_mut(..out_cap))?;
-                // SAFETY: buffers sized for the largest size of the sweep.
-                unsafe { call(sweep, o, &ctx, d_span, s_span, count, counts_arg)? };
+                once()?;
                 ctx.synchronize()?;
-                let (ib, ob) = buffer_bytes(sweep.collective, world, count, elem);
-                let mut got = stream.clone_dtoh(&dst)?;
-                got.truncate(ob);
-                let all_in: Vec<Vec<u8>> = (0..world)
-                    .map(|p| inputs(sweep.seed, p, ib, sweep.dtype))
-                    .collect();
-                let all_counts: Vec<Vec<u64>> = (0..world)
-                    .map(|p| v_counts(sweep.collective, world, p, count, elem))
-                    .collect();
-                let want = expected(sweep, count, &all_in, &all_counts).swap_remove(r as usize);
-                let n = want.len().min(got.len());
-                let differing = got[..n]
-                    .chunks(elem)
-                    .zip(want[..n].chunks(elem))
-                    .filter(|(a, b)| a != b)
-                    .count();
-                let mine = (differing + (want.len() - n) / elem) as f64;
-                Some(f64s(b.all_gather(&mine.to_le_bytes())?).iter().sum::<f64>() as u64)
+                let got = stream.clone_dtoh(&dst)?;
+                let segments = layout(sweep.collective, world, r, count, |p| {
+                    v_counts(sweep.collective, world, p, count, elem, sweep.skew)
+                });
+                let (wrong, compared) = wrong_elements(sweep, &segments, &got);
+                let sums = |x: u64| -> purlin::Result<u64> {
+                    Ok(f64s(b.all_gather(&(x as f64).to_le_bytes())?)
+                        .iter()
+                        .sum::<f64>() as u64)
+                };
+                Some((sums(wrong)?, sums(compared)?))
             } else {
                 None
             };
-            // 2. Warm up, then time (graph replays or plain launches).
+            // 2. Warm up, then time (plain launches, graphs per rank, or one graph).
             for _ in 0..sweep.warmup {
-                // SAFETY: as above.
-                unsafe { call(sweep, o, &ctx, d_span, s_span, count, counts_arg)? };
+                once()?;
             }
             ctx.synchronize()?;
             b.barrier()?;
-            let per_call_ms = if sweep.graph_launches > 0 {
-                stream
-                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                let mut captured = Ok(());
-                for _ in 0..sweep.graph_launches {
-                    // SAFETY: as above.
-                    captured = captured.and_then(|_| unsafe {
-                        call(sweep, o, &ctx, d_span, s_span, count, counts_arg)
-                    });
-                }
-                let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
-                captured?;
-                let graph = graph.ok_or_else(|| {
-                    purlin::Error::InvalidLaunch("the capture produced no graph".into())
-                })?;
-                time_ms(&stream, sweep.runs, |_| {
-                    graph.launch().map_err(purlin::Error::from)
-                })? / sweep.graph_launches as f64
-            } else {
-                // SAFETY: as above.
-                time_ms(&stream, sweep.runs, |_| unsafe {
-                    call(sweep, o, &ctx, d_span, s_span, count, counts_arg)
-                })?
-            };
+            let slowest = time_per_call(b, sweep, &stream, one, once)?;
             ctx.synchronize()?;
-            let slowest = f64s(b.all_gather(&per_call_ms.to_le_bytes())?)
-                .into_iter()
-                .fold(0.0, f64::max);
             rows.push(Row {
                 total_bytes: size,
                 count: size / elem as u64,
@@ -484,9 +576,11 @@ pub fn run_rank<B: Bootstrap + Clone + 'static>(
                     "none"
                 },
                 time_us: slowest * 1e3,
-                wrong,
+                wrong: checked.map(|c| c.0),
+                checked: checked.map(|c| c.1),
                 min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
                 copy_bandwidth,
+                floor_us,
             });
         }
         if r == 0 {
@@ -503,23 +597,34 @@ mod tests {
 
     #[test]
     fn counts_are_whole_units_and_sum_to_at_most_the_total() {
-        for c in [Collective::Agv, Collective::Rsv] {
-            let counts = v_counts(c, 8, 3, 1000, 2);
-            assert_eq!(counts.len(), 8);
-            assert!(counts.iter().all(|n| n % 8 == 0));
-            assert!(counts.iter().sum::<u64>() <= 8000);
-            assert!(counts[7] > counts[0], "skewed towards the last rank");
+        for skew in [
+            Skew::Linear,
+            Skew::Zipf(1.0),
+            Skew::Zipf(0.0),
+            Skew::Zipf(3.0),
+        ] {
+            for c in [Collective::Agv, Collective::Rsv] {
+                let counts = v_counts(c, 8, 3, 1000, 2, skew);
+                assert_eq!(counts.len(), 8);
+                assert!(counts.iter().all(|n| n % 8 == 0));
+                assert!(counts.iter().sum::<u64>() <= 8000);
+                match skew {
+                    Skew::Linear => assert!(counts[7] > counts[0], "towards the last rank"),
+                    Skew::Zipf(s) if s > 0.0 => assert!(counts[0] > counts[7], "towards rank 0"),
+                    Skew::Zipf(_) => assert!(counts.iter().all(|&n| n == counts[0]), "even"),
+                }
+            }
+            let a2a = v_counts(Collective::A2av, 4, 1, 1024, 4, skew);
+            assert_eq!(a2a.len(), 8);
+            assert!(a2a[..4].iter().sum::<u64>() <= 1024, "sends fit the input");
         }
-        let a2a = v_counts(Collective::A2av, 4, 1, 1024, 4);
-        assert_eq!(a2a.len(), 8);
         assert_eq!(count_for(Collective::Ag, 8, 1 << 20, 2), (1 << 20) / 8 / 2);
         assert_eq!(count_for(Collective::Ar, 8, 100, 4), 24);
     }
 
-    #[test]
-    fn references_follow_the_layouts() {
-        let sweep = Sweep {
-            collective: Collective::Rs,
+    fn sweep(collective: Collective) -> Sweep {
+        Sweep {
+            collective,
             world: 2,
             gpus: 1,
             dtype: DataType::F32,
@@ -531,17 +636,62 @@ mod tests {
             warmup: 0,
             seed: 1,
             check: true,
+            one_graph: false,
+            skew: Skew::Linear,
+            floor: false,
+        }
+    }
+
+    /// The f32 output bytes of `f(i)` for `n` elements.
+    fn f32s(n: u64, f: impl Fn(u64) -> f32) -> Vec<u8> {
+        (0..n).flat_map(|i| f(i).to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn references_follow_the_layouts() {
+        let x = |p: u32, i: u64| input_value(1, p, i);
+        // ReduceScatter of 3 elements per part on rank 1: part 1 of both inputs, summed.
+        let s = sweep(Collective::Rs);
+        let seg = layout(Collective::Rs, 2, 1, 3, |_| vec![]);
+        let good = f32s(3, |i| x(0, 3 + i) + x(1, 3 + i));
+        assert_eq!(wrong_elements(&s, &seg, &good), (0, 3));
+        let mut bad = good.clone();
+        bad[4] ^= 0x40;
+        assert_eq!(wrong_elements(&s, &seg, &bad), (1, 3));
+        assert_eq!(wrong_elements(&s, &seg, &good[..8]), (1, 3), "short output");
+        // AllGather: rank 0's part, then rank 1's.
+        let seg = layout(Collective::Ag, 2, 0, 2, |_| vec![]);
+        let ag = f32s(4, |i| x((i / 2) as u32, i % 2));
+        assert_eq!(wrong_elements(&sweep(Collective::Ag), &seg, &ag), (0, 4));
+        // AllToAllV: rank 1 receives what each peer sent to it, after what they sent rank 0.
+        let counts = |p: u32| {
+            if p == 0 {
+                vec![4, 8, 0, 0]
+            } else {
+                vec![0, 4, 0, 0]
+            }
         };
-        let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let all_in = vec![f(&[1.0, 2.0]), f(&[10.0, 20.0])];
+        let seg = layout(Collective::A2av, 2, 1, 0, counts);
         assert_eq!(
-            expected(&sweep, 1, &all_in, &[]),
-            vec![f(&[11.0]), f(&[22.0])]
+            seg[0],
+            Segment {
+                len: 8,
+                sources: vec![(0, 4)]
+            }
         );
-        let ag = Sweep {
-            collective: Collective::Ag,
-            ..sweep.clone()
-        };
-        assert_eq!(expected(&ag, 1, &all_in, &[]), vec![f(&[1.0, 10.0]); 2]);
+        assert_eq!(
+            seg[1],
+            Segment {
+                len: 4,
+                sources: vec![(1, 0)]
+            }
+        );
+        // Inputs are what the counter says, in every type.
+        for t in [DataType::F32, DataType::Bf16, DataType::E4m3] {
+            let b = inputs(7, 2, 6 * t.size(), t);
+            for (i, e) in b.chunks(t.size()).enumerate() {
+                assert_eq!(decode(t, e), input_value(7, 2, i as u64));
+            }
+        }
     }
 }
