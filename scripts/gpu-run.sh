@@ -4,8 +4,8 @@
 #     ./run.sh [--tests] [--bench] [--tune] [--latency] [--classic] [test filter]
 # With no mode flag it runs the tests (--tests). --latency: every collective from 16 B (128 B
 # for the split forms) to 1 MiB, checked, timed with all ranks' calls in one graph at worlds 1,
-# 2, 4 and 8 and one graph per rank at world 8, each beside the empty-kernel floor (CSVs under
-# $OUT/results); --classic: the original's testAR..testA2AV binaries on the virtual node. --tune: purlin-tune, writing the table (and
+# 2, 4 and 8 and one graph per rank at world 8, each beside the empty-kernel floor (CSVs packed in
+# $OUT/results.tgz); --classic: the original's testAR..testA2AV binaries on the virtual node. --tune: purlin-tune, writing the table (and
 # the benchmarks after it use it); --bench: the Atom benchmark and every collective's
 # benchmark (8 ranks on the virtual node, a --check pass, AllReduce/AllGather plots). Every test runs on its own with its own time
 # bound, so a hang costs one test, not the suite; PURLIN_GPU_DEADLINE (seconds, default 560)
@@ -131,14 +131,14 @@ if [ $bench = 1 ]; then
   done
 fi
 if [ $latency = 1 ]; then
-  mkdir -p "$out/results"
+  mkdir -p "$logs/results"
   for c in ar ag rs a2a agv rsv a2av; do
     min=128; [ $c = ar ] && min=16
     for mode in one-graph per-rank; do
       flag=""; [ $mode = one-graph ] && flag=--one-graph
       worlds=8; [ $mode = one-graph ] && worlds="8 4 2 1"
       for w in $worlds; do
-        f=$out/results/$c-$mode-w$w.csv
+        f=$logs/results/$c-$mode-w$w.csv
         bounded 60 "$here/bin/purlin-bench" "$c" $min 1M 20 20 5 --ranks "$w" $flag --check --csv >"$f" 2>"$logs/latency_$c-$mode-w$w.err" \
           || { say "latency $c $mode w$w FAILED: $(tail -1 "$logs/latency_$c-$mode-w$w.err")"; status=1; }
         awk -F, -v t="$c $mode w$w" '$1 != "collective" && NF > 5 { n++; if ($10 != 0) bad++; if ($3 <= 32768 && $7 > worst) worst = $7; if ($3 == 32768 || $3 == 16 || $3 == 1048576) at = at " " $3 ":" $7; fl = $12 }
@@ -148,19 +148,20 @@ if [ $latency = 1 ]; then
   done
 fi
 if [ $classic = 1 ]; then
-  mkdir -p "$out/results"
+  mkdir -p "$logs/results"
   for t in AR AG RS A2A AGV RSV A2AV; do
-    max=64M; [ $t = AR ] && max=1G
-    bounded 150 "$here/bin/test$t" 1K $max >"$out/results/test$t.csv" 2>"$logs/test$t.err"
+    max=64M; [ $t = AR ] && max=${PURLIN_TESTAR_MAX:-1G}
+    bounded 240 "$here/bin/test$t" 1K $max >"$logs/results/test$t.csv" 2>"$logs/test$t.err"
     rc=$?; [ $rc -ne 0 ] && status=1
-    say "test$t 1K $max: rc=$rc, $(grep -vc '^collective' "$out/results/test$t.csv") sizes, max error(%) $(awk -F, 'NR > 1 && $7 > m { m = $7 } END { print m + 0 }' "$out/results/test$t.csv"), $(tail -1 "$out/results/test$t.csv" | cut -d, -f3,5,6)"
+    say "test$t 1K $max: rc=$rc, $(grep -vc '^collective' "$logs/results/test$t.csv") sizes, max error(%) $(awk -F, 'NR > 1 && $7 > m { m = $7 } END { print m + 0 }' "$logs/results/test$t.csv"), $(tail -1 "$logs/results/test$t.csv" | cut -d, -f3,5,6)"
   done
-  bounded 60 "$here/bin/testAR" 1K 16M 10 10 5 42 --reduction-mode deterministic >"$out/results/testAR-deterministic.csv" 2>"$logs/testAR-det.err" || status=1
-  say "testAR deterministic: $(tail -1 "$out/results/testAR-deterministic.csv")"
-  BENCH_ZIPF_EXPONENT=2 bounded 60 "$here/bin/testA2AV" 1K 16M >"$out/results/testA2AV-zipf2.csv" 2>"$logs/testA2AV-zipf2.err" || status=1
-  say "testA2AV zipf 2: $(tail -1 "$out/results/testA2AV-zipf2.csv")"
+  bounded 60 "$here/bin/testAR" 1K 16M 10 10 5 42 --reduction-mode deterministic >"$logs/results/testAR-deterministic.csv" 2>"$logs/testAR-det.err" || status=1
+  say "testAR deterministic: $(tail -1 "$logs/results/testAR-deterministic.csv")"
+  BENCH_ZIPF_EXPONENT=2 bounded 60 "$here/bin/testA2AV" 1K 16M >"$logs/results/testA2AV-zipf2.csv" 2>"$logs/testA2AV-zipf2.err" || status=1
+  say "testA2AV zipf 2: $(tail -1 "$logs/results/testA2AV-zipf2.csv")"
 fi
 say "wall $(( $(date +%s) - started ))s"
+[ -d "$logs/results" ] && tar czf "$out/results.tgz" -C "$logs" results
 tar czf "$out/logs.tgz" -C "$logs" .
 tar czf "$out/jit-cache.tgz" -C "$CUDA_CACHE_PATH" . 2>/dev/null
 for keep in summary.txt atom_bench.md ar_busbw.png ag_busbw.png sm90.table; do

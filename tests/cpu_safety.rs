@@ -435,3 +435,107 @@ fn blocks_larger_than_the_atom_supports_are_refused() {
     }
     assert!(run(2).is_ok());
 }
+
+/// An Atom that asks for 4 KiB of shared memory (the register datapath underneath, which never
+/// touches it): a lean launch gives it none, so a path that needs it must be refused.
+#[derive(Clone, Copy, Debug)]
+struct WithSmem;
+
+impl purlin_device::atom::Atom for WithSmem {
+    const NAME: &'static str = "with-smem";
+    const THREADS: u32 = <Host as purlin_device::atom::Atom>::THREADS;
+    const SMEM_BYTES: u32 = 4096;
+
+    unsafe fn copy(
+        coop: purlin_device::coop::Coop,
+        dst: *mut u8,
+        src: *const u8,
+        bytes: usize,
+        smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { <Host as purlin_device::atom::Atom>::copy(coop, dst, src, bytes, smem) }
+    }
+
+    unsafe fn reduce<T: purlin_device::element::Element, O: purlin_device::op::ReduceOp>(
+        coop: purlin_device::coop::Coop,
+        dst: *mut T,
+        srcs: &[*const T],
+        count: usize,
+        smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { <Host as purlin_device::atom::Atom>::reduce::<T, O>(coop, dst, srcs, count, smem) }
+    }
+}
+
+/// A call launched *lean* (SNAC's scratch only, as the host launches the latency paths) runs
+/// when its path needs no Atom shared memory, and is refused — never run over memory it was
+/// not given — when it does; less than SNAC's scratch is refused too.
+#[test]
+fn lean_launches_run_the_latency_paths_and_refuse_the_others() {
+    use purlin_device::snac::{Plan, SNAC_SMEM_BYTES};
+    let window = 2048; // the communicator's latency window
+    for kind in [
+        CollectiveKind::AllGather,
+        CollectiveKind::AllToAll,
+        CollectiveKind::ReduceScatter,
+    ] {
+        // 64 bytes per part fit the window; 4096 need staging.
+        for (bytes, smem_bytes) in [(64u64, SNAC_SMEM_BYTES), (4096, SNAC_SMEM_BYTES), (64, 64)] {
+            let path_is_lean = collective::lean(kind, 2, bytes, &Plan::DEFAULT, window);
+            assert_eq!(path_is_lean, bytes == 64, "{kind:?} {bytes}");
+            let comm = communicator(2);
+            let all = 2 * bytes as usize;
+            let src: Vec<Buffer> = (0..2u8)
+                .map(|r| Buffer::from_slice(&vec![r + 1; all]))
+                .collect();
+            let dst: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(all)).collect();
+            let ran = comm.launch(2, None, |rank, block, ctx, smem| {
+                let r = rank as usize;
+                let mut args = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), bytes, 2)
+                    .bounded(all as u64, all as u64, 0);
+                (args.block, args.smem, args.smem_bytes) = (block, smem, smem_bytes);
+                // SAFETY: both buffers hold two parts; every rank makes the same call. The
+                // emulated block has SNAC's scratch only (WithSmem's 4 KiB are never given):
+                // every path that would need them must be refused before touching the scratch.
+                unsafe {
+                    match kind {
+                        CollectiveKind::AllGather => {
+                            collective::all_gather::<WithSmem, Runtime>(args, ctx)
+                        }
+                        CollectiveKind::AllToAll => {
+                            collective::all_to_all::<WithSmem, Runtime>(args, ctx)
+                        }
+                        _ => collective::reduce_scatter::<
+                            WithSmem,
+                            Runtime,
+                            f32,
+                            purlin_device::op::Max,
+                        >(args, ctx),
+                    }
+                }
+            });
+            if smem_bytes >= SNAC_SMEM_BYTES && path_is_lean {
+                assert!(ran.is_ok(), "{kind:?} {bytes}: {ran:?}");
+                let out = dst[1].bytes();
+                let want: Vec<u8> = match kind {
+                    // Part p of every output comes from rank p (AllToAll: part 1 of rank p's).
+                    CollectiveKind::AllGather | CollectiveKind::AllToAll => {
+                        (0..all).map(|i| (i / bytes as usize) as u8 + 1).collect()
+                    }
+                    // max(1, 2) over rank 1's part.
+                    _ => [vec![2u8; bytes as usize], vec![0; bytes as usize]].concat(),
+                };
+                assert_eq!(out, want, "{kind:?} {bytes}");
+            } else {
+                let faults = faults_of(ran.expect_err("a lean launch of a staged call is refused"));
+                assert!(
+                    faults.iter().any(|f| f.kind == FaultKind::InvalidArgument
+                        && f.refusal() == Refusal::SharedMemory),
+                    "{kind:?} {bytes} {smem_bytes}: {faults:?}"
+                );
+            }
+        }
+    }
+}

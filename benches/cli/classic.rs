@@ -200,22 +200,33 @@ fn bench(c: Collective, args: &ClassicArgs) -> Result<bool, String> {
         return Err("graphLaunches and runs must be at least 1".into());
     }
     let zipf = zipf_exponent(std::env::var(ZIPF_ENV).ok().as_deref())?;
-    let rows = if under_mpi() {
-        mpi_rows(c, args, zipf)?
-    } else {
-        let gpu = Gpu::open(0).map_err(|e| format!("needs a GPU: {e}"))?;
-        let s = sweep(c, args, args.ranks, zipf);
-        let rows = run::run(&gpu, &s, 0.0, |_, _| {}).map_err(|e| e.to_string())?;
-        Some((rows, args.ranks, gpu.name().to_string()))
-    };
-    let Some((rows, world, gpu)) = rows else {
-        return Ok(true); // Not rank 0: rank 0 prints.
-    };
-    println!("{HEADER}");
-    for row in &rows {
-        println!("{}", line(c, world, row, &gpu, args));
+    if under_mpi() {
+        let Some((rows, world, gpu)) = mpi_rows(c, args, zipf)? else {
+            return Ok(true); // Not rank 0: rank 0 prints.
+        };
+        println!("{HEADER}");
+        for row in &rows {
+            println!("{}", line(c, world, row, &gpu, args));
+        }
+        return Ok(rows.iter().all(|r| r.wrong.unwrap_or(0) == 0));
     }
-    Ok(rows.iter().all(|r| r.wrong.unwrap_or(0) == 0))
+    // The virtual node: one sweep per size, each line printed as soon as its size is done.
+    let gpu = Gpu::open(0).map_err(|e| format!("needs a GPU: {e}"))?;
+    let all = sweep(c, args, args.ranks, zipf);
+    println!("{HEADER}");
+    let mut clean = true;
+    for &size in &all.sizes {
+        let one = Sweep {
+            sizes: vec![size],
+            ..all.clone()
+        };
+        for row in run::run(&gpu, &one, 0.0, |_, _| {}).map_err(|e| e.to_string())? {
+            clean &= row.wrong.unwrap_or(0) == 0;
+            println!("{}", line(c, args.ranks, &row, gpu.name(), args));
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+        }
+    }
+    Ok(clean)
 }
 
 #[cfg(feature = "mpi")]

@@ -244,25 +244,68 @@ pub fn layout(
 }
 
 /// Compares `got` (rank `r`'s output bytes) with the reference of its layout; returns (wrong
-/// elements, elements compared). Elements the output is too short for count as wrong.
+/// elements, elements compared). Elements the output is too short for count as wrong. Large
+/// outputs are checked by this rank's share of the machine's cores.
 pub fn wrong_elements(sweep: &Sweep, segments: &[Segment], got: &[u8]) -> (u64, u64) {
-    let size = sweep.dtype.size();
-    let (mut wrong, mut at, mut want) = (0u64, 0usize, vec![0u8; size]);
-    for seg in segments {
-        for i in 0..seg.len {
+    const PIECE: u64 = 1 << 20;
+    // (segment, first element, elements, byte offset in the output)
+    let mut pieces = Vec::new();
+    let mut at = 0u64;
+    for (k, seg) in segments.iter().enumerate() {
+        let mut i = 0;
+        while i < seg.len {
+            let n = PIECE.min(seg.len - i);
+            pieces.push((k, i, n, at + i * sweep.dtype.size() as u64));
+            i += n;
+        }
+        at += seg.len * sweep.dtype.size() as u64;
+    }
+    let compared = at / sweep.dtype.size() as u64;
+    let check = |&(k, first, n, byte): &(usize, u64, u64, u64)| -> u64 {
+        let (seg, size) = (&segments[k], sweep.dtype.size());
+        let mut want = vec![0u8; size];
+        let mut wrong = 0;
+        for i in 0..n {
             let mut acc: Option<f32> = None;
             for &(p, off) in &seg.sources {
-                let v = input_value(sweep.seed, p, off + i);
+                let v = input_value(sweep.seed, p, off + first + i);
                 acc = Some(acc.map_or(v, |a| combine(sweep.op, a, v)));
             }
             encode(sweep.dtype, acc.unwrap_or(0.0), &mut want);
+            let at = (byte + i * size as u64) as usize;
             if got.get(at..at + size) != Some(&want[..]) {
                 wrong += 1;
             }
-            at += size;
         }
+        wrong
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let helpers = (cores / sweep.world.max(1) as usize).clamp(1, 16);
+    if helpers == 1 || pieces.len() < 2 {
+        return (pieces.iter().map(check).sum(), compared);
     }
-    (wrong, (at / size) as u64)
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let wrong = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..helpers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut wrong = 0;
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        match pieces.get(i) {
+                            Some(p) => wrong += check(p),
+                            None => return wrong,
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("check thread panicked"))
+            .sum()
+    });
+    (wrong, compared)
 }
 
 /// Bytes of each rank's input and output buffers for a size (the largest layout).

@@ -510,7 +510,7 @@ impl Communicator {
                                 l.blocks,
                                 l.threads,
                                 &|rank, block, ctx, smem| {
-                                    let args = q.args(block, smem);
+                                    let args = q.args(block, smem, &ctx);
                                     // SAFETY: the buffers were checked against the launch and live
                                     // for the whole run; every rank makes the same calls.
                                     unsafe { call(l, args, ctx) };
@@ -587,7 +587,7 @@ impl Communicator {
             };
             // SAFETY: every rank's buffers were checked against the launch and are live for
             // it; every rank makes the same call (as on a GPU).
-            unsafe { call(l, q.args(block, smem), ctx) };
+            unsafe { call(l, q.args(block, smem, &ctx), ctx) };
         })
     }
 }
@@ -637,8 +637,11 @@ pub struct Queued<'a> {
 }
 
 impl Queued<'_> {
-    /// The arguments of block `block`.
-    fn args(&self, block: u32, smem: *mut u8) -> SnacArgs {
+    /// The arguments of block `block` on `ctx`'s rank, with the shared memory a host launch
+    /// would give: only SNAC's scratch when the call is lean (see
+    /// [`lean`](crate::collective::lean)), so the emulation runs the lean paths with the
+    /// scratch where the device finds it then.
+    fn args(&self, block: u32, smem: *mut u8, ctx: &Context) -> SnacArgs {
         let l = &self.launch;
         let mut args = SnacArgs::new(self.dst.as_mut_ptr(), self.src.as_ptr(), l.bytes, l.blocks)
             .bounded(self.src.len() as u64, self.dst.len() as u64, l.max_count);
@@ -648,6 +651,19 @@ impl Queued<'_> {
         args.elem_bytes = l.elem_bytes;
         if let Some(c) = self.counts {
             args.counts = c.as_ptr() as *const u64;
+        }
+        if l.collective == CollectiveKind::ReduceScatterV {
+            args.elem_bytes = l.dtype.size() as u32;
+        }
+        let bound = crate::collective::stream_bound(l.collective, &args);
+        if crate::collective::lean(
+            l.collective,
+            ctx.world,
+            bound,
+            &l.plan,
+            ctx.latency_window_bytes,
+        ) {
+            args.smem_bytes = crate::snac::SNAC_SMEM_BYTES;
         }
         args
     }

@@ -251,7 +251,8 @@ impl Context {
     /// The launch shape and plan of a collective call of dispatch size `bytes` (see
     /// `purlin-tuning`): the table's (or the options'), with the mode and algorithm applied,
     /// and the blocks capped so that the blocks of every rank sharing the GPU are resident at
-    /// once. Host-launched collectives use it; use it too for a kernel of yours that calls a
+    /// once; a call that runs a latency path ([`purlin_device::collective::lean`]) gets SNAC's
+    /// scratch only as shared memory and fewer blocks. Host-launched collectives use it; use it too for a kernel of yours that calls a
     /// collective (put the plan in `SnacArgs::plan`, launch `shape.blocks` blocks).
     ///
     /// ```no_run
@@ -283,15 +284,22 @@ impl Context {
         // Blocks wait for each other across ranks: all of them must be resident at once. The
         // collective kernels hold one block per SM (see purlin-kernels).
         let resident = (gpu.sm_count() / self.workspace().ranks_on_this_gpu().max(1)).max(1);
-        let blocks = choice.blocks.min(resident);
-        Ok((
-            LaunchShape {
-                blocks,
-                threads,
-                smem_bytes: smem,
-            },
-            plan,
-        ))
+        let mut shape = LaunchShape {
+            blocks: choice.blocks.min(resident),
+            threads,
+            smem_bytes: smem,
+        };
+        // A call whose path needs none of the Atom's shared memory (packets, a register copy
+        // at world 1) launches with SNAC's scratch only and as many blocks as its bytes need:
+        // a smaller launch starts sooner. The device takes the same decision from the same
+        // arguments (`SnacArgs::smem_bytes` tells it what it got).
+        let window = self.workspace().requirements().latency_window_bytes;
+        if purlin_device::collective::lean(kind, self.world(), bytes, &plan, window) {
+            shape.smem_bytes = purlin_device::snac::SNAC_SMEM_BYTES;
+            shape.blocks =
+                purlin_device::collective::lean_blocks(self.world(), bytes, threads, shape.blocks);
+        }
+        Ok((shape, plan))
     }
 
     /// Launches a checked call.

@@ -348,9 +348,15 @@ fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
     let mut rng = fresh_rng("gpu v collectives");
     let dtype = DataType::F32;
     let mut ran = 0;
-    for world in [4u32, 8] {
+    // Small counts run the packet paths (lean launches), large ones the staged regime.
+    for (world, max) in [
+        (2u32, 1_000u64),
+        (4, 1_000),
+        (4, 50_000),
+        (8, 1_000),
+        (8, 50_000),
+    ] {
         let w = world as usize;
-        let max = 50_000u64;
         // Three rounds of counts (zeros, skew); each collective is captured into a graph once,
         // then the graph is replayed for every round with that round's counts and inputs.
         let rounds: Vec<(Vec<u64>, Vec<Vec<u64>>)> = (0..3)

@@ -13,7 +13,9 @@
 //!
 //! Launch with `PURLIN_COLLECTIVE_THREADS` threads per block, any number of blocks in
 //! `1..=MAX_BLOCKS` (the same on every rank), and `PURLIN_COLLECTIVE_SMEM_BYTES` bytes of
-//! dynamic shared memory. The kernel fills `args.block`, `args.blocks` and `args.smem` itself.
+//! dynamic shared memory, or only `SNAC_SMEM_BYTES` for a call that `collective::lean` says
+//! needs no Atom shared memory (the latency paths). The kernel fills `args.block`,
+//! `args.blocks`, `args.smem` and `args.smem_bytes` itself.
 //! Every block of every rank must be resident at once (blocks wait for each other): with one
 //! block per SM (see the register note on `PURLIN_COLLECTIVE_THREADS`), the blocks of all ranks
 //! sharing a GPU must not exceed its SM count.
@@ -50,6 +52,7 @@ fn launched(mut args: SnacArgs) -> SnacArgs {
     args.block = arch::block_index();
     args.blocks = arch::grid_blocks();
     args.smem = arch::dynamic_shared();
+    args.smem_bytes = arch::dynamic_shared_bytes();
     args
 }
 

@@ -447,6 +447,12 @@ pub fn dynamic_shared() -> *mut u8 {
     with_block(|b| b.smem, core::ptr::null_mut())
 }
 
+/// Host: 0, "as the contract says" (the emulation fills `SnacArgs::smem_bytes` itself).
+#[inline(always)]
+pub fn dynamic_shared_bytes() -> u32 {
+    0
+}
+
 // ---------------------------------------------------------------- cp.async
 
 /// Host `cp.async.cg.shared.global [smem], [gmem], 16`: copies at once.

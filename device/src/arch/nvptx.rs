@@ -368,6 +368,17 @@ pub fn dynamic_shared() -> *mut u8 {
     p as *mut u8
 }
 
+/// `mov.u32 %r, %dynamic_smem_size`: bytes of dynamic shared memory this launch gave the block.
+#[inline(always)]
+pub fn dynamic_shared_bytes() -> u32 {
+    let n: u32;
+    // SAFETY: reading a special register touches no memory.
+    unsafe {
+        asm!("mov.u32 {n}, %dynamic_smem_size;", n = out(reg32) n, options(nostack, nomem, pure))
+    };
+    n
+}
+
 /// `cvta.to.shared.u64`: the shared-window address of a generic shared pointer.
 #[inline(always)]
 #[cfg(target_feature = "sm_80")]

@@ -3,9 +3,9 @@
 //!
 //! | collective | layouts | datapath |
 //! | --- | --- | --- |
-//! | [`all_gather`] / [`all_gather_v`] | packed → scattered | copy |
-//! | [`reduce_scatter`] / [`reduce_scatter_v`] | scattered → packed | reduce |
-//! | [`all_to_all`] / [`all_to_all_v`] | scattered → transposed | copy |
+//! | [`all_gather`] / [`all_gather_v`] | packed → scattered | copy (packets when [`lean`]) |
+//! | [`reduce_scatter`] / [`reduce_scatter_v`] | scattered → packed | reduce (packets when [`lean`]) |
+//! | [`all_to_all`] / [`all_to_all_v`] | scattered → transposed | copy (packets when [`lean`]) |
 //! | [`all_reduce`] | packed → packed | packets (one-/two-shot) or RS head + AG tail (direct at world 2) |
 //!
 //! The reductions take their operator as a type (`O: ReduceOp`, one datapath compiled) or, in
@@ -17,7 +17,8 @@
 //! Every entry point takes the call's [`SnacArgs`] and the communicator's [`Context`] by value.
 //! Exactly `args.blocks` blocks enter, each with its `args.block`, all with the same number of
 //! threads and [`smem_bytes::<A>()`](crate::snac::smem_bytes) bytes of shared memory at
-//! `args.smem`. Every rank of the communicator must make the same call (same collective, plan,
+//! `args.smem` (or, for a call [`lean`] says needs none of the Atom's, only
+//! [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES), with `args.smem_bytes` saying so). Every rank of the communicator must make the same call (same collective, plan,
 //! block count and sizes). If a wait runs out of time or the arguments cannot be run, the
 //! block records a [`Fault`](crate::snac::Fault) in the rank's local state and leaves; the
 //! communicator must then be rebuilt.
@@ -67,7 +68,8 @@ use crate::snac::staging::{Engine, Get, Streams};
 use crate::snac::sync::Call;
 use crate::snac::transfer::{self, NoReduce, Operator, Reducer, Static, Typed};
 use crate::snac::{
-    Algorithm, CollectiveKind, Config, Plan, Refusal, SCRATCH_COUNTS, SnacArgs, scratch_offset,
+    Algorithm, CollectiveKind, Config, Plan, Refusal, SCRATCH_COUNTS, SNAC_SMEM_BYTES, SnacArgs,
+    scratch_offset, smem_bytes,
 };
 use streams::{Buffers, Composed, Direct, Exchange, Gather, Scatter};
 
@@ -95,6 +97,8 @@ fn check(
         Some(Refusal::Shape)
     } else if block_threads > threads {
         Some(Refusal::BlockThreads)
+    } else if args.smem_bytes != 0 && args.smem_bytes < SNAC_SMEM_BYTES {
+        Some(Refusal::SharedMemory)
     } else if kind.is_v() {
         if args.counts.is_null() {
             Some(Refusal::CountsMissing)
@@ -227,12 +231,135 @@ impl Identity {
     }
 }
 
+/// Largest world-1 call (bytes per part) that runs through registers rather than the Atom.
+pub const LEAN_LOCAL_MAX_BYTES: u64 = 256 << 10;
+
+/// The bound on every stream of a call: the part size of a fixed-size collective, or the
+/// largest count a V call may hold, in bytes (`u64::MAX` when unbounded). Every rank computes
+/// the same value, from arguments the call digest compares.
+///
+/// ```
+/// use purlin_device::collective::stream_bound;
+/// use purlin_device::snac::{CollectiveKind, SnacArgs};
+/// let args = SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 4096, 1);
+/// assert_eq!(stream_bound(CollectiveKind::AllGather, &args), 4096);
+/// let mut v = args.bounded(1 << 20, 1 << 20, 100);
+/// v.elem_bytes = 2;
+/// assert_eq!(stream_bound(CollectiveKind::AllToAllV, &v), 200);
+/// ```
+pub const fn stream_bound(kind: CollectiveKind, args: &SnacArgs) -> u64 {
+    if kind.is_v() {
+        args.max_count.saturating_mul(args.elem_bytes as u64)
+    } else {
+        args.bytes
+    }
+}
+
+/// Whether a call whose streams are at most `bound` bytes (see [`stream_bound`]) runs a path
+/// that needs no Atom shared memory, so it may be launched with only
+/// [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES): at world 1 a register copy up to
+/// [`LEAN_LOCAL_MAX_BYTES`]; AllReduce's one-/two-shot packets; the other collectives' packets
+/// when every stream fits a latency window of `window` bytes and `bound × world` is within the
+/// plan's `latency_threshold` (a forced `Throughput` algorithm never). The host launches such a
+/// call lean and the device takes the same decision from the same arguments.
+///
+/// ```
+/// use purlin_device::collective::lean;
+/// use purlin_device::snac::{CollectiveKind, Plan};
+/// let plan = Plan::default();
+/// assert!(lean(CollectiveKind::AllGather, 8, 4096, &plan, 4 << 20));
+/// assert!(!lean(CollectiveKind::AllGather, 8, 1 << 20, &plan, 4 << 20));
+/// assert!(lean(CollectiveKind::AllReduce, 8, 16, &plan, 4 << 20));
+/// assert!(!lean(CollectiveKind::AllToAllV, 8, u64::MAX, &plan, 4 << 20));
+/// ```
+pub const fn lean(kind: CollectiveKind, world: u32, bound: u64, plan: &Plan, window: u64) -> bool {
+    if world <= 1 {
+        return bound <= LEAN_LOCAL_MAX_BYTES;
+    }
+    match kind {
+        CollectiveKind::AllReduce => !matches!(
+            all_reduce_algorithm(plan, bound, world, window),
+            Algorithm::Throughput
+        ),
+        _ => {
+            !matches!(plan.algorithm(), Algorithm::Throughput)
+                && window % 32 == 0
+                && bound <= window
+                && latency::one_shot_fits(bound, window)
+                && bound.saturating_mul(world as u64) <= plan.latency_threshold
+        }
+    }
+}
+
+/// Blocks for a lean call of `threads`-thread blocks (at most `max`): about two units of work
+/// per thread, at least one block.
+///
+/// ```
+/// use purlin_device::collective::lean_blocks;
+/// assert_eq!(lean_blocks(8, 16, 256, 32), 1);
+/// assert_eq!(lean_blocks(8, 32 << 10, 256, 32), 32);
+/// ```
+pub const fn lean_blocks(world: u32, bound: u64, threads: u32, max: u32) -> u32 {
+    let work = latency::units(bound).saturating_mul(world as u64);
+    let per_block = if threads == 0 { 2 } else { threads as u64 * 2 };
+    let blocks = work.div_ceil(per_block);
+    if blocks < 1 {
+        1
+    } else if blocks > max as u64 {
+        if max == 0 { 1 } else { max }
+    } else {
+        blocks as u32
+    }
+}
+
+/// Whether this launch gave the Atom its shared memory (`args.smem_bytes == 0`: the caller
+/// vouches for the full layout).
+#[inline(always)]
+fn atom_smem<A: Atom>(args: &SnacArgs) -> bool {
+    args.smem_bytes == 0 || args.smem_bytes >= smem_bytes::<A>()
+}
+
+/// Refuses (thread 0 records it) a path that needs the Atom's shared memory on a lean launch;
+/// true when refused.
+#[inline(always)]
+fn lacks_atom_smem<A: Atom>(args: &SnacArgs, ctx: &Context, kind: CollectiveKind) -> bool {
+    if atom_smem::<A>(args) {
+        return false;
+    }
+    if ctx.state != 0 && crate::arch::thread_index() == 0 {
+        let _ = Call::detached(ctx, kind, args.block).refuse(
+            Refusal::SharedMemory,
+            0,
+            smem_bytes::<A>() as u64,
+            args.smem_bytes as u64,
+        );
+    }
+    true
+}
+
+/// [`lean`] for this call.
+#[inline(always)]
+fn lean_call(args: &SnacArgs, ctx: &Context, kind: CollectiveKind, plan: &Plan) -> bool {
+    lean(
+        kind,
+        ctx.world,
+        stream_bound(kind, args),
+        plan,
+        ctx.latency_window_bytes,
+    )
+}
+
 /// This block's SNAC scratch in its shared memory.
 ///
 /// # Safety
-/// `args.smem` holds `smem_bytes::<A>()` bytes (the entry points' contract).
+/// `args.smem` holds `smem_bytes::<A>()` bytes, or `args.smem_bytes` (at least
+/// `SNAC_SMEM_BYTES`, checked) when that is less (the entry points' contract).
 #[inline(always)]
 unsafe fn scratch<A: Atom>(args: &SnacArgs) -> *mut u8 {
+    if !atom_smem::<A>(args) {
+        // A lean launch: the scratch is all there is (at least SNAC_SMEM_BYTES, checked).
+        return args.smem;
+    }
     // SAFETY: the caller's contract.
     unsafe { args.smem.add(scratch_offset::<A>() as usize) }
 }
@@ -364,8 +491,23 @@ unsafe fn empty<A: Atom>(
 ///
 /// # Safety
 /// Both ranges valid for `len`, not overlapping.
-unsafe fn local_copy<A: Atom>(args: &SnacArgs, dst: *mut u8, src: *const u8, len: u64) {
+unsafe fn local_copy<A: Atom>(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    plan: &Plan,
+    dst: *mut u8,
+    src: *const u8,
+    len: u64,
+) {
     if core::ptr::eq(dst, src) {
+        return;
+    }
+    if lean_call(args, ctx, kind, plan) {
+        // SAFETY: forwarded contract.
+        return unsafe { latency::local::<NoReduce>(dst, src, len, args.block, args.blocks, None) };
+    }
+    if lacks_atom_smem::<A>(args, ctx, kind) {
         return;
     }
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
@@ -386,13 +528,24 @@ unsafe fn local_copy<A: Atom>(args: &SnacArgs, dst: *mut u8, src: *const u8, len
 ///
 /// # Safety
 /// Both ranges valid for `len` bytes of the reduction's type (they may be equal).
+#[allow(clippy::too_many_arguments)]
 unsafe fn local_reduce<A: Atom, R: Reducer>(
     args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    plan: &Plan,
     reducer: R,
     dst: *mut u8,
     src: *const u8,
     len: u64,
 ) {
+    if lean_call(args, ctx, kind, plan) {
+        // SAFETY: forwarded contract.
+        return unsafe { latency::local(dst, src, len, args.block, args.blocks, Some(reducer)) };
+    }
+    if lacks_atom_smem::<A>(args, ctx, kind) {
+        return;
+    }
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
     // SAFETY: the share lies inside both ranges, at an element boundary (16-byte units hold
     // whole elements, and so does the tail).
@@ -407,7 +560,8 @@ unsafe fn local_reduce<A: Atom, R: Reducer>(
     }
 }
 
-/// Runs the throughput regime over `streams` on this block.
+/// Runs `streams` on this block: over packets when the call is [`lean`], else the throughput
+/// regime.
 ///
 /// # Safety
 /// The streams describe valid buffers; every rank makes the same call.
@@ -423,10 +577,20 @@ unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
     reducer: R,
     digest: &Digest,
 ) {
-    // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` is valid and `args.block <
-    // MAX_BLOCKS` (checked).
+    let packets = lean_call(args, ctx, kind, plan);
+    if !packets && lacks_atom_smem::<A>(args, ctx, kind) {
+        return;
+    }
+    // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid and
+    // `args.block < MAX_BLOCKS` (checked).
     let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) };
     call.announce_arrival();
+    if packets {
+        // SAFETY: forwarded contract; every stream fits a window (`lean`).
+        let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer) };
+        call.finish(1, args.blocks, coll_blocks);
+        return;
+    }
     let Ok(engine) = Engine::new(&call, streams, plan, args.smem) else {
         return;
     };
@@ -530,7 +694,9 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
     let reducer = Typed::<T, P>::new(op);
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
-        return unsafe { local_reduce::<A, _>(args, reducer, args.dst, args.src, bytes) };
+        return unsafe {
+            local_reduce::<A, _>(args, ctx, kind, plan, reducer, args.dst, args.src, bytes)
+        };
     }
     let digest = Identity::reduction::<T, P>(kind, op).digest(args, ctx, plan, bytes, 0);
     if bytes == 0 {
@@ -676,6 +842,12 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
     };
     let reducer = Typed::<T, P>::new(op);
     let id = Identity::reduction::<T, P>(kind, op);
+    // The V counts are elements of T, whatever the caller put in `elem_bytes` (the host puts
+    // the type's size): the lean decision's stream bound must be in bytes of T.
+    let args = &SnacArgs {
+        elem_bytes: size as u32,
+        ..*args
+    };
     if V {
         // SAFETY: forwarded contract (`world` counts).
         let Some((counts, word)) =
@@ -716,7 +888,16 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
         let (offset, len) = layout.part(0, 0);
         // SAFETY: forwarded contract.
         return unsafe {
-            local_reduce::<A, R>(args, reducer, args.dst, args.src.add(offset as usize), len)
+            local_reduce::<A, R>(
+                args,
+                ctx,
+                kind,
+                plan,
+                reducer,
+                args.dst,
+                args.src.add(offset as usize),
+                len,
+            )
         };
     }
     if layout.max_part(ctx.world) == Some(0) {
@@ -849,7 +1030,7 @@ unsafe fn copy_streams<A: Atom, S: Streams>(
     empty_call: bool,
 ) {
     if ctx.world == 1 {
-        return local::<A, _>(args, streams);
+        return local::<A, _>(args, ctx, kind, plan, streams);
     }
     if empty_call {
         // SAFETY: forwarded contract.
@@ -871,10 +1052,16 @@ unsafe fn copy_streams<A: Atom, S: Streams>(
 }
 
 /// World 1: run the one local stream (consumer stream 0) over all blocks.
-fn local<A: Atom, S: Streams>(args: &SnacArgs, streams: &S) {
+fn local<A: Atom, S: Streams>(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+    plan: &Plan,
+    streams: &S,
+) {
     if let Get::Local { src, dst, len } = streams.get(0) {
         // SAFETY: the streams describe the caller's buffers.
-        unsafe { local_copy::<A>(args, dst, src, len) }
+        unsafe { local_copy::<A>(args, ctx, kind, plan, dst, src, len) }
     }
 }
 

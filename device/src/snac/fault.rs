@@ -185,6 +185,9 @@ pub enum Refusal {
     /// buffer; AllGather(V): the input is this rank's part of the output; ReduceScatter(V): the
     /// output is this rank's part of the input; AllToAll(V): not at all).
     Overlap = 10,
+    /// A lean launch (SNAC's scratch only, no Atom shared memory) for a call whose path needs
+    /// the Atom's shared memory, or less shared memory than SNAC's scratch.
+    SharedMemory = 11,
 }
 
 impl Refusal {
@@ -201,6 +204,7 @@ impl Refusal {
             8 => Self::DestinationTooSmall,
             9 => Self::StagingTooSmall,
             10 => Self::Overlap,
+            11 => Self::SharedMemory,
             _ => Self::Unknown,
         }
     }
@@ -219,6 +223,7 @@ impl Refusal {
             Self::DestinationTooSmall => "an output buffer smaller than the counts describe",
             Self::StagingTooSmall => "staging too small for the call",
             Self::Overlap => "input and output overlap in a way this collective does not allow",
+            Self::SharedMemory => "the launch gave less shared memory than the call's path needs",
         }
     }
 }

@@ -9,6 +9,11 @@
 //!   into rank `q`'s window (lower half), reduces its own shard, writes the result into every
 //!   peer's window (upper half), and copies the other shards' results from its own window.
 //!
+//! - Any other collective ([`streams`]): its producer streams are pushed unit by unit straight
+//!   into the window each reader keeps for this rank (one stream per reader and sender, so a
+//!   sender's window holds exactly one); its consumer streams poll their own windows and copy
+//!   or reduce into `dst`. One trip over the interconnect, no signals, no staging copy.
+//!
 //! Both reduce each element in `f32` in rank order and round once, as the Atoms do; the
 //! two-shot result packets carry the already rounded value, so every path gives the same bits.
 //! All `blocks × threads` threads stride over the units; the same thread reads a unit of `src`
@@ -16,8 +21,9 @@
 
 use super::fault::SignalKind;
 use super::packet;
+use super::staging::{Get, Streams};
 use super::sync::{Call, Left};
-use super::transfer::Operator;
+use super::transfer::{Operator, Reducer};
 use crate::arch;
 use crate::element::Element;
 use crate::partition::even_split;
@@ -330,6 +336,136 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
         u += stride;
     }
     Ok(())
+}
+
+/// The index of this thread among the call's `blocks × threads`, and their number.
+#[inline(always)]
+fn lanes(call: &Call, blocks: u32) -> (u64, u64) {
+    (
+        call.block as u64 * call.threads as u64 + call.tid as u64,
+        blocks as u64 * call.threads as u64,
+    )
+}
+
+/// Runs a collective's streams over packets (see the module docs). Every stream fits a window
+/// (`units(len) × UNIT_WINDOW <= latency_window_bytes`, the caller's check); the same thread
+/// pushes and consumes a unit index, so in-place layouts the collectives allow stay correct.
+///
+/// # Safety
+/// The streams describe this rank's valid buffers; every thread of every block of the call
+/// runs it with the same values.
+#[inline(never)]
+pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
+    call: &Call,
+    streams: &S,
+    blocks: u32,
+    reducer: R,
+) -> Result<(), Left> {
+    let (me, world) = (call.me(), call.world());
+    let flag = packet::flag32(call.epoch);
+    let (first, stride) = lanes(call, blocks);
+    // 1. Push every producer stream into its readers' windows for this rank.
+    for j in 0..streams.puts() {
+        let put = streams.put(j);
+        let mut u = first;
+        while u < units(put.len) {
+            // SAFETY: the stream lies in this rank's `src`.
+            let v = unsafe { load_unit(put.src, u, put.len) };
+            for q in 0..world {
+                if put.notify.contains(q, me) {
+                    // SAFETY: reader q's window for this rank holds the stream (checked).
+                    unsafe { put_unit(window(call, q, me), u, v, flag) };
+                }
+            }
+            u += stride;
+        }
+    }
+    // 2. Consume: copy a peer's window, copy locally, or reduce every rank's window.
+    for j in 0..streams.gets() {
+        match streams.get(j) {
+            Get::Copy { peer, dst, len, .. } => {
+                let mut u = first;
+                while u < units(len) {
+                    // SAFETY: this rank's window for `peer` holds the stream.
+                    let v = unsafe { get_unit(call, window(call, me, peer), u, flag, peer)? };
+                    // SAFETY: the stream lies in this rank's `dst`.
+                    unsafe { store_unit(dst, u, len, v) };
+                    u += stride;
+                }
+            }
+            Get::Local { src, dst, len } if !core::ptr::eq(src, dst) => {
+                // SAFETY: both lie in this rank's buffers (disjoint, or equal and skipped).
+                unsafe { copy_units(src, dst, len, first, stride) };
+            }
+            Get::Local { .. } => {}
+            Get::Reduce { len, dst, .. } if !dst.is_null() => {
+                let mut u = first;
+                while u < units(len) {
+                    let v = reducer.reduce_unit(world, |p| {
+                        // SAFETY: this rank's window for `p` (itself included) holds the stream.
+                        unsafe { get_unit(call, window(call, me, p), u, flag, p) }
+                    })?;
+                    // SAFETY: the stream lies in this rank's `dst`.
+                    unsafe { store_unit(dst, u, len, v) };
+                    u += stride;
+                }
+            }
+            // Reducing in place in staging (the AllReduce head) has no packet form: AllReduce
+            // runs `one_shot` / `two_shot` instead.
+            Get::Reduce { .. } => arch::trap(),
+        }
+    }
+    Ok(())
+}
+
+/// Copies units `first, first + stride, …` of a `len`-byte buffer through registers.
+///
+/// # Safety
+/// Both valid for `len` bytes and not overlapping.
+#[inline(always)]
+unsafe fn copy_units(src: *const u8, dst: *mut u8, len: u64, first: u64, stride: u64) {
+    let mut u = first;
+    while u < units(len) {
+        // SAFETY: forwarded contract.
+        unsafe { store_unit(dst, u, len, load_unit(src, u, len)) };
+        u += stride;
+    }
+}
+
+/// World 1 without the Atom's shared memory: `dst = src` through registers (`reduce`: rounded
+/// through `f32` as every reduction), all `blocks × threads` threads striding over the units.
+///
+/// # Safety
+/// Both valid for `len` bytes (equal, or not overlapping); every thread of every block calls.
+#[inline(never)]
+pub(crate) unsafe fn local<R: Reducer>(
+    dst: *mut u8,
+    src: *const u8,
+    len: u64,
+    block: u32,
+    blocks: u32,
+    reduce: Option<R>,
+) {
+    let threads = arch::block_threads() as u64;
+    let first = block as u64 * threads + arch::thread_index() as u64;
+    let stride = blocks as u64 * threads;
+    match reduce {
+        None if core::ptr::eq(src, dst) => {}
+        // SAFETY: forwarded contract.
+        None => unsafe { copy_units(src, dst, len, first, stride) },
+        Some(r) => {
+            let mut u = first;
+            while u < units(len) {
+                // SAFETY: forwarded contract; the same thread reads then writes unit u.
+                let v = r.reduce_unit(1, |_| Ok(unsafe { load_unit(src, u, len) }));
+                if let Ok(v) = v {
+                    // SAFETY: forwarded contract.
+                    unsafe { store_unit(dst, u, len, v) };
+                }
+                u += stride;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

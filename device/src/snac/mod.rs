@@ -296,6 +296,11 @@ pub struct SnacArgs {
     pub block: u32,
     /// This block's shared memory for the Atom and SNAC.
     pub smem: *mut u8,
+    /// Bytes at `smem`: 0 means [`smem_bytes`]`::<A>()` (the full layout, the fused kernels'
+    /// contract); the host-launched kernels fill in what the launch gave. A *lean* launch
+    /// ([`SNAC_SMEM_BYTES`] only, see [`crate::collective::lean`]) runs only the paths that
+    /// need no Atom shared memory; any other path is refused.
+    pub smem_bytes: u32,
     /// The tuning knobs (see [`Config`]).
     pub plan: Plan,
     /// Bytes the caller's `src` holds (`u64::MAX`: unknown, the caller vouches for the sizes).
@@ -326,6 +331,7 @@ impl SnacArgs {
             coll_blocks: crate::context::MAX_BLOCKS as u32,
             block: 0,
             smem: core::ptr::null_mut(),
+            smem_bytes: 0,
             plan: Plan::DEFAULT,
             src_bytes: u64::MAX,
             dst_bytes: u64::MAX,

@@ -4,6 +4,7 @@
 //! after a short head; otherwise the widest words their relative alignment allows are moved
 //! by the cooperating threads. Sizes that are multiples of 16 never leave the Atom.
 
+use super::sync::Left;
 use crate::atom::{Atom, copy_bytes, reduce_scalar};
 use crate::coop::Coop;
 use crate::element::Element;
@@ -209,6 +210,14 @@ pub(crate) trait Reducer: Copy {
         bytes: u64,
         smem: *mut u8,
     );
+
+    /// One 16-byte unit reduced over `n` sources in order (`unit(i)` fetches source `i`'s),
+    /// in `f32`, rounded once: the packet paths' datapath, in registers.
+    fn reduce_unit<F: FnMut(u32) -> Result<u128, Left>>(
+        self,
+        n: u32,
+        unit: F,
+    ) -> Result<u128, Left>;
 }
 
 /// The reduction of elements `T` with operator `P`.
@@ -241,6 +250,19 @@ impl<T: Element, P: Operator> Reducer for Typed<T, P> {
         // SAFETY: forwarded contract.
         unsafe { self.op.reduce::<A, T>(coop, dst, srcs, bytes, smem) }
     }
+
+    #[inline(always)]
+    fn reduce_unit<F: FnMut(u32) -> Result<u128, Left>>(
+        self,
+        n: u32,
+        mut unit: F,
+    ) -> Result<u128, Left> {
+        let mut acc = T::unpack(unit(0)?);
+        for i in 1..n {
+            self.op.lanes::<T>(&mut acc, &T::unpack(unit(i)?));
+        }
+        Ok(T::pack(acc))
+    }
 }
 
 /// No reduction: the copy collectives build no reducing stream.
@@ -250,6 +272,10 @@ pub(crate) struct NoReduce;
 impl Reducer for NoReduce {
     #[inline(always)]
     unsafe fn reduce<A: Atom>(self, _: Coop, _: *mut u8, _: &[*const u8], _: u64, _: *mut u8) {
+        crate::arch::trap()
+    }
+
+    fn reduce_unit<F: FnMut(u32) -> Result<u128, Left>>(self, _: u32, _: F) -> Result<u128, Left> {
         crate::arch::trap()
     }
 }
