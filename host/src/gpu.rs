@@ -34,7 +34,8 @@ pub struct Gpu {
     sm_count: u32,
     limits: DeviceLimits,
     name: String,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Loaded kernels, each with the dynamic shared memory it is allowed so far.
+    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
 }
 
 /// Loaded GPUs by (ordinal, architecture).
@@ -266,7 +267,7 @@ impl Gpu {
     }
 
     /// Kernel `name` of the loaded PTX, allowed `smem_bytes` of dynamic shared memory
-    /// (cached; the shared-memory limit is raised once per kernel). The grid-wide Atom kernels
+    /// (cached; the shared-memory limit is raised when a launch needs more than before). The grid-wide Atom kernels
     /// (`purlin_atom_*`, `purlin_test_*`) live in a module of their own, loaded (and so compiled
     /// by the driver) the first time one of them is asked for.
     /// ```no_run
@@ -276,28 +277,37 @@ impl Gpu {
     /// ```
     pub fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = functions.get(name) {
-            return Ok(f.clone());
-        }
-        let module = if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_") {
-            self.atom_module()?
-        } else {
-            &self.module
+        let (f, allowed) = match functions.get(name) {
+            Some((f, allowed)) => (f.clone(), *allowed),
+            None => {
+                let module = if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_")
+                {
+                    self.atom_module()?
+                } else {
+                    &self.module
+                };
+                let f = module.load_function(name).map_err(|e| match e.0 {
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
+                        name: name.to_owned(),
+                        arch: self.arch,
+                    },
+                    _ => Error::Driver(e),
+                })?;
+                (f, 48 * 1024)
+            }
         };
-        let f = module.load_function(name).map_err(|e| match e.0 {
-            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
-                name: name.to_owned(),
-                arch: self.arch,
-            },
-            _ => Error::Driver(e),
-        })?;
-        if smem_bytes > 48 * 1024 {
+        // A kernel launched lean first (SNAC's scratch only) and with the Atom's shared memory
+        // later is raised then: the limit only grows.
+        let allowed = if smem_bytes > allowed {
             f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem_bytes as i32,
             )?;
-        }
-        functions.insert(name.to_owned(), f.clone());
+            smem_bytes
+        } else {
+            allowed
+        };
+        functions.insert(name.to_owned(), (f.clone(), allowed));
         Ok(f)
     }
 
