@@ -217,14 +217,16 @@ fn derived_shape(arch: Arch) -> (u32, u32) {
 /// One call, checked and ready to launch.
 struct Call {
     kind: CollectiveKind,
-    kernel: &'static str,
+    dtype: DataType,
     args: SnacArgs,
     op: Option<ReduceOpKind>,
 }
 
 /// The entry point of a collective in `purlin-kernels`: one per collective, and per element
 /// type for the reductions (`purlin_<collective>[_<type>]`).
-fn kernel_name(kind: CollectiveKind, dtype: DataType) -> &'static str {
+/// The purlin-kernels entry point of a call: the whole collective, or (`latency`) the build of
+/// only its latency paths that lean calls launch.
+fn kernel_name(kind: CollectiveKind, dtype: DataType, latency: bool) -> &'static str {
     macro_rules! typed {
         ($prefix:literal) => {
             match dtype {
@@ -236,14 +238,21 @@ fn kernel_name(kind: CollectiveKind, dtype: DataType) -> &'static str {
             }
         };
     }
-    match kind {
-        CollectiveKind::AllReduce => typed!("purlin_all_reduce"),
-        CollectiveKind::ReduceScatter => typed!("purlin_reduce_scatter"),
-        CollectiveKind::ReduceScatterV => typed!("purlin_reduce_scatter_v"),
-        CollectiveKind::AllGather => "purlin_all_gather",
-        CollectiveKind::AllGatherV => "purlin_all_gather_v",
-        CollectiveKind::AllToAll => "purlin_all_to_all",
-        CollectiveKind::AllToAllV => "purlin_all_to_all_v",
+    match (kind, latency) {
+        (CollectiveKind::AllReduce, false) => typed!("purlin_all_reduce"),
+        (CollectiveKind::AllReduce, true) => typed!("purlin_all_reduce_latency"),
+        (CollectiveKind::ReduceScatter, false) => typed!("purlin_reduce_scatter"),
+        (CollectiveKind::ReduceScatter, true) => typed!("purlin_reduce_scatter_latency"),
+        (CollectiveKind::ReduceScatterV, false) => typed!("purlin_reduce_scatter_v"),
+        (CollectiveKind::ReduceScatterV, true) => typed!("purlin_reduce_scatter_v_latency"),
+        (CollectiveKind::AllGather, false) => "purlin_all_gather",
+        (CollectiveKind::AllGather, true) => "purlin_all_gather_latency",
+        (CollectiveKind::AllGatherV, false) => "purlin_all_gather_v",
+        (CollectiveKind::AllGatherV, true) => "purlin_all_gather_v_latency",
+        (CollectiveKind::AllToAll, false) => "purlin_all_to_all",
+        (CollectiveKind::AllToAll, true) => "purlin_all_to_all_latency",
+        (CollectiveKind::AllToAllV, false) => "purlin_all_to_all_v",
+        (CollectiveKind::AllToAllV, true) => "purlin_all_to_all_v_latency",
     }
 }
 
@@ -293,13 +302,19 @@ impl Context {
         // at world 1) launches with SNAC's scratch only and as many blocks as its bytes need:
         // a smaller launch starts sooner. The device takes the same decision from the same
         // arguments (`SnacArgs::smem_bytes` tells it what it got).
-        let window = self.workspace().requirements().latency_window_bytes;
-        if purlin_device::collective::lean(kind, self.world(), bytes, &plan, window) {
+        if self.is_lean(kind, bytes, &plan) {
             shape.smem_bytes = purlin_device::snac::SNAC_SMEM_BYTES;
             shape.blocks =
                 purlin_device::collective::lean_blocks(self.world(), bytes, threads, shape.blocks);
         }
         Ok((shape, plan))
+    }
+
+    /// Whether a call of dispatch size `bytes` with `plan` runs a latency path (the device's
+    /// decision, from the same arguments).
+    fn is_lean(&self, kind: CollectiveKind, bytes: u64, plan: &Plan) -> bool {
+        let window = self.workspace().requirements().latency_window_bytes;
+        purlin_device::collective::lean(kind, self.world(), bytes, plan, window)
     }
 
     /// Launches a checked call.
@@ -310,19 +325,20 @@ impl Context {
         let (shape, plan) = self.plan(call.kind, bytes, options)?;
         call.args.plan = plan;
         call.args.blocks = shape.blocks;
+        let name = kernel_name(call.kind, call.dtype, self.is_lean(call.kind, bytes, &plan));
         let ctx = self.device_view();
         match call.op {
             Some(op) => {
                 // SAFETY: a reduction kernel of purlin-kernels takes (SnacArgs, Context, op: u32).
                 let kernel: Kernel<(SnacArgs, purlin_device::context::Context, u32)> =
-                    unsafe { Kernel::new(call.kernel) };
+                    unsafe { Kernel::new(name) };
                 // SAFETY: forwarded contract.
                 unsafe { self.launch(&kernel, shape, (call.args, ctx, op as u32)) }
             }
             None => {
                 // SAFETY: a copy kernel of purlin-kernels takes (SnacArgs, Context).
                 let kernel: Kernel<(SnacArgs, purlin_device::context::Context)> =
-                    unsafe { Kernel::new(call.kernel) };
+                    unsafe { Kernel::new(name) };
                 // SAFETY: forwarded contract.
                 unsafe { self.launch(&kernel, shape, (call.args, ctx)) }
             }
@@ -362,7 +378,7 @@ unsafe fn fixed(
     validate::check_aliasing(src, src_bytes, dst, dst_bytes, rule)?;
     let call = Call {
         kind,
-        kernel: kernel_name(kind, dtype),
+        dtype,
         args: args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX),
         op,
     };
@@ -541,7 +557,7 @@ fn v_call(
     Ok((
         Call {
             kind,
-            kernel: kernel_name(kind, dtype),
+            dtype,
             args: a,
             op,
         },
@@ -838,6 +854,35 @@ pub fn all_to_all_v<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kernel a call can launch — each collective, type and build (whole, latency-only) —
+    /// is an entry point of every embedded PTX.
+    #[test]
+    fn every_launched_kernel_is_in_every_embedded_ptx() {
+        use CollectiveKind::*;
+        for arch in Arch::ALL {
+            let ptx = crate::ptx::kernels(arch).text();
+            for kind in [
+                AllReduce,
+                AllGather,
+                ReduceScatter,
+                AllToAll,
+                AllGatherV,
+                ReduceScatterV,
+                AllToAllV,
+            ] {
+                for dtype in DataType::ALL {
+                    for latency in [false, true] {
+                        let name = kernel_name(kind, dtype, latency);
+                        assert!(
+                            ptx.contains(&format!(".entry {name}(")),
+                            "{arch}: no {name}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// The launch constants the kernels export are in every embedded PTX, and equal what the
     /// Atoms say.

@@ -8,7 +8,8 @@
 //! Kernel names: `purlin_all_gather`, `purlin_all_gather_v`, `purlin_all_to_all`,
 //! `purlin_all_to_all_v`, and `purlin_<collective>_<type>` for `all_reduce`, `reduce_scatter`
 //! and `reduce_scatter_v` with the type's nccl-tests name (`float`, `half`, `bfloat16`,
-//! `f8e4m3`, `f8e5m2`). Parameters: `(SnacArgs, Context)`, plus `op: u32`
+//! `f8e4m3`, `f8e5m2`); each also as `purlin_<collective>_latency[_<type>]`, built with only
+//! the latency paths (`snac::Latency`). Parameters: `(SnacArgs, Context)`, plus `op: u32`
 //! (`ReduceOpKind`) for reductions.
 //!
 //! Launch with `PURLIN_COLLECTIVE_THREADS` threads per block, any number of blocks in
@@ -27,7 +28,7 @@ use purlin_device::context::Context;
 use purlin_device::element::{E4m3, E5m2};
 use purlin_device::half;
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::{Runtime, SnacArgs, smem_bytes};
+use purlin_device::snac::{Latency, Runtime, SnacArgs, smem_bytes};
 
 /// Threads per block of every collective kernel in this module: the native Atom's, at most 256.
 /// Every call in these kernels is static, but ptxas stacks a callee's registers on top of what
@@ -57,7 +58,7 @@ fn launched(mut args: SnacArgs) -> SnacArgs {
 }
 
 macro_rules! reduce_kernels {
-    ($f:ident, [$($t:ty => $name:ident),* $(,)?]) => {
+    ($f:ident, $config:ty, [$($t:ty => $name:ident),* $(,)?]) => {
         $(
             /// A host-launched reduction collective for one element type (see the module docs).
             ///
@@ -71,30 +72,30 @@ macro_rules! reduce_kernels {
                     arch::trap()
                 };
                 // SAFETY: forwarded launch contract.
-                unsafe { collective::$f::<Native, Runtime, $t>(launched(args), ctx, op) }
+                unsafe { collective::$f::<Native, $config, $t>(launched(args), ctx, op) }
             }
         )*
     };
 }
 
-reduce_kernels!(all_reduce_op, [
+reduce_kernels!(all_reduce_op, Runtime, [
     f32 => purlin_all_reduce_float, half::f16 => purlin_all_reduce_half,
     half::bf16 => purlin_all_reduce_bfloat16, E4m3 => purlin_all_reduce_f8e4m3,
     E5m2 => purlin_all_reduce_f8e5m2,
 ]);
-reduce_kernels!(reduce_scatter_op, [
+reduce_kernels!(reduce_scatter_op, Runtime, [
     f32 => purlin_reduce_scatter_float, half::f16 => purlin_reduce_scatter_half,
     half::bf16 => purlin_reduce_scatter_bfloat16, E4m3 => purlin_reduce_scatter_f8e4m3,
     E5m2 => purlin_reduce_scatter_f8e5m2,
 ]);
-reduce_kernels!(reduce_scatter_v_op, [
+reduce_kernels!(reduce_scatter_v_op, Runtime, [
     f32 => purlin_reduce_scatter_v_float, half::f16 => purlin_reduce_scatter_v_half,
     half::bf16 => purlin_reduce_scatter_v_bfloat16, E4m3 => purlin_reduce_scatter_v_f8e4m3,
     E5m2 => purlin_reduce_scatter_v_f8e5m2,
 ]);
 
 macro_rules! copy_kernels {
-    ($($f:ident => $name:ident),* $(,)?) => {
+    ($config:ty, $($f:ident => $name:ident),* $(,)?) => {
         $(
             /// A host-launched copy collective (see the module docs).
             ///
@@ -104,15 +105,43 @@ macro_rules! copy_kernels {
             #[unsafe(no_mangle)]
             pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context) {
                 // SAFETY: forwarded launch contract.
-                unsafe { collective::$f::<Native, Runtime>(launched(args), ctx) }
+                unsafe { collective::$f::<Native, $config>(launched(args), ctx) }
             }
         )*
     };
 }
 
 copy_kernels!(
+    Runtime,
     all_gather => purlin_all_gather,
     all_gather_v => purlin_all_gather_v,
     all_to_all => purlin_all_to_all,
     all_to_all_v => purlin_all_to_all_v,
+);
+
+// The latency-only builds (`snac::Latency`): what the host launches for a call that
+// `collective::lean` says needs no Atom shared memory, with `SNAC_SMEM_BYTES` of shared memory.
+// Named `purlin_<collective>_latency[_<type>]`.
+reduce_kernels!(all_reduce_op, Latency, [
+    f32 => purlin_all_reduce_latency_float, half::f16 => purlin_all_reduce_latency_half,
+    half::bf16 => purlin_all_reduce_latency_bfloat16, E4m3 => purlin_all_reduce_latency_f8e4m3,
+    E5m2 => purlin_all_reduce_latency_f8e5m2,
+]);
+reduce_kernels!(reduce_scatter_op, Latency, [
+    f32 => purlin_reduce_scatter_latency_float, half::f16 => purlin_reduce_scatter_latency_half,
+    half::bf16 => purlin_reduce_scatter_latency_bfloat16,
+    E4m3 => purlin_reduce_scatter_latency_f8e4m3, E5m2 => purlin_reduce_scatter_latency_f8e5m2,
+]);
+reduce_kernels!(reduce_scatter_v_op, Latency, [
+    f32 => purlin_reduce_scatter_v_latency_float, half::f16 => purlin_reduce_scatter_v_latency_half,
+    half::bf16 => purlin_reduce_scatter_v_latency_bfloat16,
+    E4m3 => purlin_reduce_scatter_v_latency_f8e4m3,
+    E5m2 => purlin_reduce_scatter_v_latency_f8e5m2,
+]);
+copy_kernels!(
+    Latency,
+    all_gather => purlin_all_gather_latency,
+    all_gather_v => purlin_all_gather_v_latency,
+    all_to_all => purlin_all_to_all_latency,
+    all_to_all_v => purlin_all_to_all_v_latency,
 );

@@ -319,11 +319,16 @@ fn atom_smem<A: Atom>(args: &SnacArgs) -> bool {
     args.smem_bytes == 0 || args.smem_bytes >= smem_bytes::<A>()
 }
 
-/// Refuses (thread 0 records it) a path that needs the Atom's shared memory on a lean launch;
-/// true when refused.
+/// Refuses (thread 0 records it) a path that needs the Atom's shared memory on a lean launch,
+/// or in a latency-only build ([`Config::LATENCY_ONLY`], where the path is compiled out); true
+/// when refused.
 #[inline(always)]
-fn lacks_atom_smem<A: Atom>(args: &SnacArgs, ctx: &Context, kind: CollectiveKind) -> bool {
-    if atom_smem::<A>(args) {
+fn lacks_atom_smem<A: Atom, C: Config>(
+    args: &SnacArgs,
+    ctx: &Context,
+    kind: CollectiveKind,
+) -> bool {
+    if !C::LATENCY_ONLY && atom_smem::<A>(args) {
         return false;
     }
     if ctx.state != 0 && crate::arch::thread_index() == 0 {
@@ -491,7 +496,7 @@ unsafe fn empty<A: Atom>(
 ///
 /// # Safety
 /// Both ranges valid for `len`, not overlapping.
-unsafe fn local_copy<A: Atom>(
+unsafe fn local_copy<A: Atom, C: Config>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -507,7 +512,7 @@ unsafe fn local_copy<A: Atom>(
         // SAFETY: forwarded contract.
         return unsafe { latency::local::<NoReduce>(dst, src, len, args.block, args.blocks, None) };
     }
-    if lacks_atom_smem::<A>(args, ctx, kind) {
+    if lacks_atom_smem::<A, C>(args, ctx, kind) {
         return;
     }
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
@@ -529,7 +534,7 @@ unsafe fn local_copy<A: Atom>(
 /// # Safety
 /// Both ranges valid for `len` bytes of the reduction's type (they may be equal).
 #[allow(clippy::too_many_arguments)]
-unsafe fn local_reduce<A: Atom, R: Reducer>(
+unsafe fn local_reduce<A: Atom, C: Config, R: Reducer>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -543,7 +548,7 @@ unsafe fn local_reduce<A: Atom, R: Reducer>(
         // SAFETY: forwarded contract.
         return unsafe { latency::local(dst, src, len, args.block, args.blocks, Some(reducer)) };
     }
-    if lacks_atom_smem::<A>(args, ctx, kind) {
+    if lacks_atom_smem::<A, C>(args, ctx, kind) {
         return;
     }
     let (offset, n) = split_bytes(len as usize, 16, args.blocks as usize, args.block as usize);
@@ -567,7 +572,7 @@ unsafe fn local_reduce<A: Atom, R: Reducer>(
 /// The streams describe valid buffers; every rank makes the same call.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
+unsafe fn staged<A: Atom, C: Config, S: Streams, R: Reducer>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -578,7 +583,7 @@ unsafe fn staged<A: Atom, S: Streams, R: Reducer>(
     digest: &Digest,
 ) {
     let packets = lean_call(args, ctx, kind, plan);
-    if !packets && lacks_atom_smem::<A>(args, ctx, kind) {
+    if !packets && lacks_atom_smem::<A, C>(args, ctx, kind) {
         return;
     }
     // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid and
@@ -657,7 +662,7 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
     ctx: Context,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, T, _>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW) }
+    unsafe { all_reduce_with::<A, C, T, _>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW) }
 }
 
 /// [`all_reduce`] with the operator chosen at run time: the collective is compiled once for
@@ -673,13 +678,13 @@ pub unsafe fn all_reduce_op<A: Atom, C: Config, T: Element>(
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, T, _>(&args, &ctx, &C::plan(&args.plan), op) }
+    unsafe { all_reduce_with::<A, C, T, _>(&args, &ctx, &C::plan(&args.plan), op) }
 }
 
 /// # Safety
 /// As [`all_reduce`].
 #[inline(never)]
-unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
+unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
     args: &SnacArgs,
     ctx: &Context,
     plan: &Plan,
@@ -695,7 +700,7 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
         return unsafe {
-            local_reduce::<A, _>(args, ctx, kind, plan, reducer, args.dst, args.src, bytes)
+            local_reduce::<A, C, _>(args, ctx, kind, plan, reducer, args.dst, args.src, bytes)
         };
     }
     let digest = Identity::reduction::<T, P>(kind, op).digest(args, ctx, plan, bytes, 0);
@@ -725,7 +730,7 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
             let streams = Direct { b, bytes };
             // SAFETY: forwarded contract.
             unsafe {
-                staged::<A, _, _>(
+                staged::<A, C, _, _>(
                     args,
                     ctx,
                     kind,
@@ -747,7 +752,7 @@ unsafe fn all_reduce_with<A: Atom, T: Element, P: Operator>(
             };
             // SAFETY: forwarded contract.
             unsafe {
-                staged::<A, _, _>(
+                staged::<A, C, _, _>(
                     args,
                     ctx,
                     kind,
@@ -774,7 +779,12 @@ pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_with::<A, T, _, false>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW)
+        reduce_scatter_with::<A, C, T, _, false>(
+            &args,
+            &ctx,
+            &C::plan(&args.plan),
+            Static::<O>::NEW,
+        )
     }
 }
 
@@ -789,7 +799,7 @@ pub unsafe fn reduce_scatter_op<A: Atom, C: Config, T: Element>(
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, T, _, false>(&args, &ctx, &C::plan(&args.plan), op) }
+    unsafe { reduce_scatter_with::<A, C, T, _, false>(&args, &ctx, &C::plan(&args.plan), op) }
 }
 
 /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
@@ -804,7 +814,7 @@ pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_with::<A, T, _, true>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW)
+        reduce_scatter_with::<A, C, T, _, true>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW)
     }
 }
 
@@ -819,13 +829,13 @@ pub unsafe fn reduce_scatter_v_op<A: Atom, C: Config, T: Element>(
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, T, _, true>(&args, &ctx, &C::plan(&args.plan), op) }
+    unsafe { reduce_scatter_with::<A, C, T, _, true>(&args, &ctx, &C::plan(&args.plan), op) }
 }
 
 /// # Safety
 /// As [`reduce_scatter`] or [`reduce_scatter_v`].
 #[inline(never)]
-unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
+unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const V: bool>(
     args: &SnacArgs,
     ctx: &Context,
     plan: &Plan,
@@ -861,12 +871,16 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
         };
         let digest = id.digest(args, ctx, plan, args.max_count, word);
         // SAFETY: forwarded contract.
-        unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest) }
+        unsafe {
+            scatter::<A, C, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest)
+        }
     } else {
         let layout = Scattered { bytes: args.bytes };
         let digest = id.digest(args, ctx, plan, args.bytes, 0);
         // SAFETY: forwarded contract.
-        unsafe { scatter::<A, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest) }
+        unsafe {
+            scatter::<A, C, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest)
+        }
     }
 }
 
@@ -874,7 +888,7 @@ unsafe fn reduce_scatter_with<A: Atom, T: Element, P: Operator, const V: bool>(
 /// As [`reduce_scatter`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
+unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -888,7 +902,7 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
         let (offset, len) = layout.part(0, 0);
         // SAFETY: forwarded contract.
         return unsafe {
-            local_reduce::<A, R>(
+            local_reduce::<A, C, R>(
                 args,
                 ctx,
                 kind,
@@ -910,7 +924,7 @@ unsafe fn scatter<A: Atom, L: Layout, R: Reducer>(
     };
     // SAFETY: forwarded contract.
     unsafe {
-        staged::<A, _, R>(
+        staged::<A, C, _, R>(
             args,
             ctx,
             kind,
@@ -941,7 +955,7 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let plan = C::plan(&args.plan);
     let digest = Identity::copy(kind, 1).digest(&args, &ctx, &plan, args.bytes, 0);
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
+    unsafe { gather_with::<A, C, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements of `args.elem_bytes` bytes (`world`
@@ -976,13 +990,13 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let digest =
         Identity::copy(kind, args.elem_bytes).digest(&args, &ctx, &plan, args.max_count, word);
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
+    unsafe { gather_with::<A, C, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
 
 /// # Safety
 /// As [`all_gather`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
+unsafe fn gather_with<A: Atom, C: Config, S: Layout, D: Layout>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -1000,7 +1014,7 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
     };
     // SAFETY: forwarded contract.
     unsafe {
-        copy_streams::<A, _>(
+        copy_streams::<A, C, _>(
             args,
             ctx,
             kind,
@@ -1019,7 +1033,7 @@ unsafe fn gather_with<A: Atom, S: Layout, D: Layout>(
 /// # Safety
 /// As the copy collectives' entry points.
 #[allow(clippy::too_many_arguments)]
-unsafe fn copy_streams<A: Atom, S: Streams>(
+unsafe fn copy_streams<A: Atom, C: Config, S: Streams>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -1030,7 +1044,7 @@ unsafe fn copy_streams<A: Atom, S: Streams>(
     empty_call: bool,
 ) {
     if ctx.world == 1 {
-        return local::<A, _>(args, ctx, kind, plan, streams);
+        return local::<A, C, _>(args, ctx, kind, plan, streams);
     }
     if empty_call {
         // SAFETY: forwarded contract.
@@ -1038,7 +1052,7 @@ unsafe fn copy_streams<A: Atom, S: Streams>(
     }
     // SAFETY: forwarded contract.
     unsafe {
-        staged::<A, _, _>(
+        staged::<A, C, _, _>(
             args,
             ctx,
             kind,
@@ -1052,7 +1066,7 @@ unsafe fn copy_streams<A: Atom, S: Streams>(
 }
 
 /// World 1: run the one local stream (consumer stream 0) over all blocks.
-fn local<A: Atom, S: Streams>(
+fn local<A: Atom, C: Config, S: Streams>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -1061,7 +1075,7 @@ fn local<A: Atom, S: Streams>(
 ) {
     if let Get::Local { src, dst, len } = streams.get(0) {
         // SAFETY: the streams describe the caller's buffers.
-        unsafe { local_copy::<A>(args, ctx, kind, plan, dst, src, len) }
+        unsafe { local_copy::<A, C>(args, ctx, kind, plan, dst, src, len) }
     }
 }
 
@@ -1085,7 +1099,7 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     let empty_call = args.bytes == 0;
     // SAFETY: forwarded contract.
     unsafe {
-        exchange_with::<A, _, _>(
+        exchange_with::<A, C, _, _>(
             &args,
             &ctx,
             kind,
@@ -1136,7 +1150,7 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     // on the size with the others.
     // SAFETY: forwarded contract.
     unsafe {
-        exchange_with::<A, _, _>(
+        exchange_with::<A, C, _, _>(
             &args,
             &ctx,
             kind,
@@ -1153,7 +1167,7 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// # Safety
 /// As [`all_to_all`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
+unsafe fn exchange_with<A: Atom, C: Config, S: Layout, D: Layout>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -1171,7 +1185,7 @@ unsafe fn exchange_with<A: Atom, S: Layout, D: Layout>(
     };
     // SAFETY: forwarded contract.
     unsafe {
-        copy_streams::<A, _>(
+        copy_streams::<A, C, _>(
             args,
             ctx,
             kind,

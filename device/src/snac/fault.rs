@@ -185,8 +185,9 @@ pub enum Refusal {
     /// buffer; AllGather(V): the input is this rank's part of the output; ReduceScatter(V): the
     /// output is this rank's part of the input; AllToAll(V): not at all).
     Overlap = 10,
-    /// A lean launch (SNAC's scratch only, no Atom shared memory) for a call whose path needs
-    /// the Atom's shared memory, or less shared memory than SNAC's scratch.
+    /// A lean launch (SNAC's scratch only, no Atom shared memory), or a latency-only kernel,
+    /// for a call whose path needs the Atom's shared memory; or less shared memory than
+    /// SNAC's scratch.
     SharedMemory = 11,
 }
 

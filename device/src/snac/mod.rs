@@ -237,6 +237,12 @@ impl Default for Plan {
 /// assert_eq!(Runtime::plan(&Plan::DEFAULT), Plan::DEFAULT);
 /// ```
 pub trait Config {
+    /// Compile only the paths that need no Atom shared memory (see
+    /// [`lean`](crate::collective::lean)): a call that would need another is refused
+    /// ([`Refusal::SharedMemory`]). A kernel of only the latency paths is a fraction of the
+    /// code and registers of the whole collective, so it starts sooner.
+    const LATENCY_ONLY: bool = false;
+
     /// The plan to run with, given the one in the arguments.
     fn plan(runtime: &Plan) -> Plan;
 }
@@ -246,6 +252,20 @@ pub trait Config {
 pub struct Runtime;
 
 impl Config for Runtime {
+    #[inline(always)]
+    fn plan(runtime: &Plan) -> Plan {
+        *runtime
+    }
+}
+
+/// [`Runtime`]'s plan, compiled for the latency paths only ([`Config::LATENCY_ONLY`]): what
+/// the host launches for a lean call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Latency;
+
+impl Config for Latency {
+    const LATENCY_ONLY: bool = true;
+
     #[inline(always)]
     fn plan(runtime: &Plan) -> Plan {
         *runtime

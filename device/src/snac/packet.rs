@@ -67,6 +67,26 @@ pub unsafe fn try_get(p: *const u8, flag: u32) -> Result<u64, u64> {
     )
 }
 
+/// Reads the two packets of one 16-byte unit (`p` and `p + 16`), both loads issued before
+/// either is decoded: the unit if both carry `flag`, else the flag seen.
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned slot of two packets in global memory.
+#[inline(always)]
+pub unsafe fn try_get_unit(p: *const u8, flag: u32) -> Result<u128, u64> {
+    // SAFETY: the caller guarantees both slots.
+    let (lo, hi) = unsafe {
+        (
+            arch::ld_volatile_v2_u64(p as *const [u64; 2]),
+            arch::ld_volatile_v2_u64(p.add(16) as *const [u64; 2]),
+        )
+    };
+    match (decode(lo, flag), decode(hi, flag)) {
+        (Ok(lo), Ok(hi)) => Ok(lo as u128 | (hi as u128) << 64),
+        (Err(seen), _) | (_, Err(seen)) => Err(seen),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

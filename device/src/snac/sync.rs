@@ -278,9 +278,10 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Announces at entry that this rank joined the call (block 0 only): the arrival flag, so a
-    /// peer that times out can tell a rank that never came from one that is merely stuck, and
-    /// the call digest, which every peer compares with its own.
+    /// Announces at entry that this rank joined the call (block 0 only): the call digest in
+    /// packets flagged with the call's epoch, which every peer compares with its own, and by
+    /// which a peer that times out tells a rank that never came from one that is merely stuck.
+    /// Packets need no fence: the announcement costs no round trip.
     #[inline(always)]
     pub(crate) fn announce_arrival(&self) {
         if self.block != 0 {
@@ -302,11 +303,14 @@ impl<'a> Call<'a> {
             }
             q += self.threads;
         }
-        self.post_to(
-            Ranks::Others,
-            SignalKind::Arrival,
-            epoch::flag(self.epoch, 0),
-        );
+    }
+
+    /// Whether `peer`'s arrival packets for this call are here (it launched the call).
+    #[inline(always)]
+    fn arrived(&self, peer: u32) -> bool {
+        // SAFETY: this rank's own signal array holds `peer`'s arrival packets.
+        unsafe { packet::try_get(self.arrival(self.me(), peer, 0), packet::flag32(self.epoch)) }
+            .is_ok()
     }
 
     /// Packet `k` of the arrival record `sender` writes to `rank` in this call's half.
@@ -323,10 +327,17 @@ impl<'a> Call<'a> {
     #[inline(never)]
     pub(crate) fn check_digest(&self, peer: u32) -> Result<bool, Left> {
         let flag = packet::flag32(self.epoch);
-        let mut theirs = [0u64; ARRIVAL_PACKETS];
-        for (k, w) in theirs.iter_mut().enumerate() {
+        // Every packet's load in flight before any is decoded: one trip, not four.
+        let mut raw = [[0u64; 2]; ARRIVAL_PACKETS];
+        for (k, r) in raw.iter_mut().enumerate() {
             // SAFETY: this rank's own signal array holds `peer`'s arrival packets.
-            match unsafe { packet::try_get(self.arrival(self.me(), peer, k), flag) } {
+            *r = unsafe {
+                arch::ld_volatile_v2_u64(self.arrival(self.me(), peer, k) as *const [u64; 2])
+            };
+        }
+        let mut theirs = [0u64; ARRIVAL_PACKETS];
+        for (w, r) in theirs.iter_mut().zip(raw) {
+            match packet::decode(r, flag) {
                 Ok(v) => *w = v,
                 Err(_) => return Ok(false),
             }
@@ -625,14 +636,8 @@ impl<'a> Call<'a> {
         let mut peer = peer;
         let mut missing = 0u32;
         if kind == FaultKind::Timeout {
-            let arrived = epoch::flag(self.epoch, 0);
             for q in 0..self.world() {
-                // SAFETY: our own signal array, accessed atomically.
-                if q != self.me()
-                    && unsafe {
-                        arch::ld_relaxed_sys_u64(self.signal(self.me(), SignalKind::Arrival, q))
-                    } < arrived
-                {
+                if q != self.me() && !self.arrived(q) {
                     peer = q;
                     missing = 1;
                     break;
