@@ -214,6 +214,41 @@ fn derived_shape(arch: Arch) -> (u32, u32) {
     (threads.min(256), smem)
 }
 
+/// The most threads per block a kernel that calls a collective may have on `arch`: what its
+/// native Atom's shared memory is laid out for.
+pub fn atom_threads(arch: Arch) -> u32 {
+    use purlin_device::atom::{Atom, Sm70, Sm80, Sm90, Sm100};
+    match arch {
+        Arch::Sm70 => Sm70::THREADS,
+        Arch::Sm80 => Sm80::THREADS,
+        Arch::Sm90 => Sm90::THREADS,
+        Arch::Sm100 => Sm100::THREADS,
+    }
+}
+
+/// Checks the shape of a kernel of yours that calls a collective (what [`Context::launch`]
+/// does before launching): at most [`atom_threads`] threads per block. (Its shared memory is
+/// the kernel's contract: [`kernel_shape`] gives the collectives' full layout.)
+///
+/// ```
+/// use purlin::collective::{atom_threads, check_fused_shape};
+/// use purlin::launch::LaunchShape;
+/// use purlin::ptx::Arch;
+/// let t = atom_threads(Arch::Sm90);
+/// assert!(check_fused_shape(Arch::Sm90, &LaunchShape { blocks: 4, threads: t, smem_bytes: 320 }).is_ok());
+/// assert!(check_fused_shape(Arch::Sm90, &LaunchShape { blocks: 4, threads: 2 * t, smem_bytes: 320 }).is_err());
+/// ```
+pub fn check_fused_shape(arch: Arch, shape: &LaunchShape) -> Result<()> {
+    let most = atom_threads(arch);
+    if shape.threads > most {
+        return Err(Error::InvalidLaunch(format!(
+            "{} threads per block: the {arch} Atom is laid out for at most {most}",
+            shape.threads
+        )));
+    }
+    Ok(())
+}
+
 /// One call, checked and ready to launch.
 struct Call {
     kind: CollectiveKind,

@@ -435,7 +435,9 @@ impl Context {
     }
 
     /// Launches `kernel` on the context's GPU and stream (refused on a poisoned or host
-    /// context). Asynchronous and capturable in a CUDA graph.
+    /// context, and for more threads per block than the GPU's native Atom is laid out for:
+    /// a collective called from the kernel would refuse them anyway). Asynchronous and
+    /// capturable in a CUDA graph.
     ///
     /// # Safety
     /// As [`Kernel::launch`].
@@ -466,6 +468,7 @@ impl Context {
                 "kernel launches on a host-memory (CPU emulation) context".into(),
             ));
         };
+        crate::collective::check_fused_shape(gpu.arch(), &shape)?;
         // SAFETY: forwarded contract.
         unsafe { kernel.launch(gpu, stream, shape, args) }
     }

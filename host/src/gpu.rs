@@ -47,6 +47,24 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(Default::default)
 }
 
+/// Raises `f`'s dynamic shared-memory limit to `needed` if it is above `allowed` (what the
+/// kernel was allowed so far; 48 KiB without a raise) and returns the new limit. A kernel
+/// launched lean first (SNAC's scratch only) and with the Atom's shared memory later is raised
+/// then: the limit only grows.
+pub(crate) fn allow_smem(f: &CudaFunction, allowed: u32, needed: u32) -> Result<u32> {
+    if needed <= allowed {
+        return Ok(allowed);
+    }
+    f.set_attribute(
+        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        needed as i32,
+    )?;
+    Ok(needed)
+}
+
+/// The dynamic shared memory every kernel may use without raising its limit.
+pub(crate) const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
+
 impl Gpu {
     /// Whether the NVIDIA driver library can be loaded on this machine.
     /// ```
@@ -293,20 +311,10 @@ impl Gpu {
                     },
                     _ => Error::Driver(e),
                 })?;
-                (f, 48 * 1024)
+                (f, DEFAULT_SMEM_LIMIT)
             }
         };
-        // A kernel launched lean first (SNAC's scratch only) and with the Atom's shared memory
-        // later is raised then: the limit only grows.
-        let allowed = if smem_bytes > allowed {
-            f.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem_bytes as i32,
-            )?;
-            smem_bytes
-        } else {
-            allowed
-        };
+        let allowed = allow_smem(&f, allowed, smem_bytes)?;
         functions.insert(name.to_owned(), (f.clone(), allowed));
         Ok(f)
     }

@@ -5,7 +5,6 @@
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::launch::{KernelArgs, LaunchShape};
-use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +23,8 @@ use std::sync::{Arc, Mutex};
 pub struct Module {
     gpu: Arc<Gpu>,
     module: Arc<CudaModule>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Loaded kernels, each with the dynamic shared memory it is allowed so far.
+    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
 }
 
 impl Module {
@@ -47,26 +47,28 @@ impl Module {
 
     fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = functions.get(name) {
-            return Ok(f.clone());
-        }
-        let f = self.module.load_function(name).map_err(|e| match e.0 {
-            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
-                name: name.to_owned(),
-                arch: self.gpu.arch(),
-            },
-            _ => Error::Driver(e),
-        })?;
-        f.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem_bytes as i32,
-        )?;
-        functions.insert(name.to_owned(), f.clone());
+        let (f, allowed) = match functions.get(name) {
+            Some((f, allowed)) => (f.clone(), *allowed),
+            None => {
+                let f = self.module.load_function(name).map_err(|e| match e.0 {
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
+                        name: name.to_owned(),
+                        arch: self.gpu.arch(),
+                    },
+                    _ => Error::Driver(e),
+                })?;
+                (f, crate::gpu::DEFAULT_SMEM_LIMIT)
+            }
+        };
+        let allowed = crate::gpu::allow_smem(&f, allowed, smem_bytes)?;
+        functions.insert(name.to_owned(), (f.clone(), allowed));
         Ok(f)
     }
 
-    /// Launches kernel `name` with `shape` and `args` on `stream` (of this module's GPU).
-    /// Asynchronous and capturable in a CUDA graph.
+    /// Launches kernel `name` with `shape` and `args` on `stream` (of this module's GPU);
+    /// more threads per block than the GPU's native Atom is laid out for are refused
+    /// ([`check_fused_shape`](crate::collective::check_fused_shape)). Asynchronous and
+    /// capturable in a CUDA graph.
     ///
     /// # Safety
     /// `Args` are the kernel's parameter types in order; the kernel's requirements on its
@@ -79,6 +81,7 @@ impl Module {
         args: Args,
     ) -> Result<()> {
         shape.check(&self.gpu.limits())?;
+        crate::collective::check_fused_shape(self.gpu.arch(), &shape)?;
         if stream.context().ordinal() != self.gpu.ordinal() {
             return Err(Error::WrongDevice {
                 what: "stream",

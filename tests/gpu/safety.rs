@@ -129,3 +129,79 @@ fn ranks_whose_calls_differ_are_named_within_100_ms() {
     }
     println!("digest mismatch: named within {BOUND:?} at worlds 2 and 8");
 }
+
+/// What the host refuses before anything is launched, on the virtual node: a typed collective
+/// whose buffer belongs to another stream (it could be freed while the call still reads it), a
+/// kernel of yours with more threads per block than the native Atom is laid out for; and the
+/// workspace counts the ranks that share this GPU (all of them, here), which caps the blocks.
+#[test]
+fn host_checks_refuse_before_launching_and_count_the_ranks_on_this_gpu() {
+    let Some(gpu) = gpu_or_skip("host checks", None) else {
+        return;
+    };
+    let threads = purlin::collective::atom_threads(gpu.arch());
+    for world in [2u32, 4] {
+        let failures: Vec<String> = virtual_node(
+            &gpu,
+            world,
+            WorkspaceRequirements::small(),
+            |ctx, stream| {
+                let mut failures = Vec::new();
+                if ctx.workspace().ranks_on_this_gpu() != world {
+                    failures.push(format!(
+                        "ranks_on_this_gpu {} on a virtual node of {world}",
+                        ctx.workspace().ranks_on_this_gpu()
+                    ));
+                }
+                let (shape, _) = ctx
+                    .plan(
+                        collective::CollectiveKind::AllGather,
+                        1 << 24,
+                        &Options::default(),
+                    )
+                    .unwrap();
+                if shape.blocks > (gpu.sm_count() / world).max(1) {
+                    failures.push(format!(
+                        "{} blocks for {world} ranks on one GPU",
+                        shape.blocks
+                    ));
+                }
+                // A buffer of another stream: refused by the typed call, nothing launched.
+                let other = gpu.new_stream().unwrap();
+                let foreign = other.alloc_zeros::<f32>(64).unwrap();
+                let mut dst = stream.alloc_zeros::<f32>(64).unwrap();
+                match collective::all_reduce(ctx, &foreign, &mut dst, 64, ReduceOpKind::Sum) {
+                    Err(Error::InvalidArgument { what: "src", .. }) => {}
+                    other => failures.push(format!("foreign src: {other:?}")),
+                }
+                // Too many threads for the Atom: refused by Context::launch.
+                // SAFETY: refused before launching.
+                const K: purlin::launch::Kernel<(u64,)> =
+                    unsafe { purlin::launch::Kernel::new("purlin_all_gather") };
+                let shape = purlin::launch::LaunchShape {
+                    blocks: 1,
+                    threads: 2 * threads,
+                    smem_bytes: 320,
+                };
+                // SAFETY: refused before launching (the shape is checked first).
+                match unsafe { ctx.launch(&K, shape, (0,)) } {
+                    Err(Error::InvalidLaunch(_)) => {}
+                    other => failures.push(format!("{} threads: {other:?}", 2 * threads)),
+                }
+                // The context is still usable: a real call after the refusals runs.
+                let src = stream.alloc_zeros::<f32>(64).unwrap();
+                if let Err(e) = collective::all_reduce(ctx, &src, &mut dst, 64, ReduceOpKind::Sum)
+                    .and_then(|_| ctx.synchronize())
+                {
+                    failures.push(format!("the call after the refusals: {e}"));
+                }
+                failures
+            },
+        )
+        .into_iter()
+        .flatten()
+        .collect();
+        assert!(failures.is_empty(), "world {world}: {failures:?}");
+    }
+    println!("host checks refused the foreign buffer and the oversized block at worlds 2 and 4");
+}
