@@ -259,6 +259,21 @@ struct Call {
 
 /// The entry point of a collective in `purlin-kernels`: one per collective, and per element
 /// type for the reductions (`purlin_<collective>[_<type>]`).
+/// Every purlin-kernels entry point a call can launch (each once).
+pub(crate) fn kernel_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = CollectiveKind::ALL
+        .into_iter()
+        .flat_map(|kind| {
+            DataType::ALL.into_iter().flat_map(move |dtype| {
+                [false, true].map(|latency| kernel_name(kind, dtype, latency))
+            })
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// The purlin-kernels entry point of a call: the whole collective, or (`latency`) the build of
 /// only its latency paths that lean calls launch.
 fn kernel_name(kind: CollectiveKind, dtype: DataType, latency: bool) -> &'static str {

@@ -197,6 +197,15 @@ impl Gpu {
             sm_count,
             functions: Mutex::new(HashMap::new()),
         });
+        // Every collective kernel (both builds) is fetched, with its full shared-memory limit,
+        // now: under the driver's lazy loading, fetching a kernel for the first time may wait
+        // for the whole device to go idle, and a rank whose host thread did that between
+        // queued calls left its peers' kernels waiting for it until they timed out (H200,
+        // 5386406: the first throughput AllReduce after latency-only ones at world 2).
+        let (_, smem) = crate::collective::kernel_shape(arch);
+        for name in crate::collective::kernel_names() {
+            gpu.function(name, smem)?;
+        }
         tracing::debug!(ordinal, %arch, name = %gpu.name, "loaded Purlin kernels");
         loaded.insert((ordinal, arch), gpu.clone());
         Ok(gpu)
