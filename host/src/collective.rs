@@ -311,8 +311,11 @@ impl Context {
     /// `purlin-tuning`): the table's (or the options'), with the mode and algorithm applied,
     /// and the blocks capped so that the blocks of every rank sharing the GPU are resident at
     /// once; a call that runs a latency path ([`purlin_device::collective::lean`]) gets SNAC's
-    /// scratch only as shared memory and fewer blocks. Host-launched collectives use it; use it too for a kernel of yours that calls a
-    /// collective (put the plan in `SnacArgs::plan`, launch `shape.blocks` blocks).
+    /// scratch only as shared memory and fewer blocks. Host-launched collectives use it; use
+    /// it too for a kernel of yours that calls a collective (put the plan in `SnacArgs::plan`,
+    /// launch `shape.blocks` blocks with at least `shape.smem_bytes` of dynamic shared memory
+    /// at `SnacArgs::smem`: the collective sees how much it got and runs only the paths that
+    /// fit).
     ///
     /// ```no_run
     /// # fn demo(ctx: &purlin::Context) -> purlin::Result<()> {

@@ -18,8 +18,9 @@
 //! Exactly `args.blocks` blocks enter, each with its `args.block`, all with the same number of
 //! threads and [`smem_bytes::<A>()`](crate::snac::smem_bytes) bytes of shared memory at
 //! `args.smem` (or, for a call [`lean`] says needs none of the Atom's, only
-//! [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES), with `args.smem_bytes` saying so). Every rank of the communicator must make the same call (same collective, plan,
-//! block count and sizes). If a wait runs out of time or the arguments cannot be run, the
+//! [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES), with `args.smem_bytes` saying so).
+//! Every rank of the communicator must make the same call (same collective, plan, block count
+//! and sizes). If a wait runs out of time or the arguments cannot be run, the
 //! block records a [`Fault`](crate::snac::Fault) in the rank's local state and leaves; the
 //! communicator must then be rebuilt.
 //!
@@ -97,7 +98,7 @@ fn check(
         Some(Refusal::Shape)
     } else if block_threads > threads {
         Some(Refusal::BlockThreads)
-    } else if args.smem_bytes != 0 && args.smem_bytes < SNAC_SMEM_BYTES {
+    } else if (1..SNAC_SMEM_BYTES).contains(&smem_available(args)) {
         Some(Refusal::SharedMemory)
     } else if kind.is_v() {
         if args.counts.is_null() {
@@ -312,11 +313,34 @@ pub const fn lean_blocks(world: u32, bound: u64, threads: u32, max: u32) -> u32 
     }
 }
 
-/// Whether this launch gave the Atom its shared memory (`args.smem_bytes == 0`: the caller
-/// vouches for the full layout).
+/// Bytes of shared memory at `args.smem`: `args.smem_bytes`, or when that is 0 (a fused
+/// kernel's arguments), what the launch gave from `args.smem` to the end of the block's dynamic
+/// shared memory; 0 when unknown (`args.smem` outside it, or the CPU emulation), meaning the
+/// full layout the caller vouches for. A fused kernel launched with [`lean`]'s small shape
+/// therefore runs the lean paths, and is refused any other, rather than run past its memory.
+#[inline(always)]
+fn smem_available(args: &SnacArgs) -> u32 {
+    if args.smem_bytes != 0 {
+        return args.smem_bytes;
+    }
+    let (base, size) = (
+        crate::arch::dynamic_shared() as usize,
+        crate::arch::dynamic_shared_bytes() as usize,
+    );
+    let at = args.smem as usize;
+    if size != 0 && at >= base && at <= base + size {
+        (base + size - at) as u32
+    } else {
+        0
+    }
+}
+
+/// Whether this launch gave the Atom its shared memory (0 available: the caller vouches for
+/// the full layout).
 #[inline(always)]
 fn atom_smem<A: Atom>(args: &SnacArgs) -> bool {
-    args.smem_bytes == 0 || args.smem_bytes >= smem_bytes::<A>()
+    let available = smem_available(args);
+    available == 0 || available >= smem_bytes::<A>()
 }
 
 /// Refuses (thread 0 records it) a path that needs the Atom's shared memory on a lean launch,
