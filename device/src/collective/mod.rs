@@ -18,7 +18,7 @@
 //! Exactly `args.blocks` blocks enter, each with its `args.block`, all with the same number of
 //! threads and [`smem_bytes::<A>()`](crate::snac::smem_bytes) bytes of shared memory at
 //! `args.smem` (or, for a call [`lean`] says needs none of the Atom's, only
-//! [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES), with `args.smem_bytes` saying so).
+//! [`SNAC_SMEM_BYTES`], with `args.smem_bytes` saying so).
 //! Every rank of the communicator must make the same call (same collective, plan, block count
 //! and sizes). If a wait runs out of time or the arguments cannot be run, the
 //! block records a [`Fault`](crate::snac::Fault) in the rank's local state and leaves; the
@@ -258,7 +258,7 @@ pub const fn stream_bound(kind: CollectiveKind, args: &SnacArgs) -> u64 {
 
 /// Whether a call whose streams are at most `bound` bytes (see [`stream_bound`]) runs a path
 /// that needs no Atom shared memory, so it may be launched with only
-/// [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES): at world 1 a register copy up to
+/// [`SNAC_SMEM_BYTES`]: at world 1 a register copy up to
 /// [`LEAN_LOCAL_MAX_BYTES`]; AllReduce's one-/two-shot packets; the other collectives' packets
 /// when every stream fits a latency window of `window` bytes and `bound × world` is within the
 /// plan's `latency_threshold` (a forced `Throughput` algorithm never). The host launches such a
