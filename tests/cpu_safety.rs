@@ -373,15 +373,23 @@ fn a_faulting_rank_stops_its_peers_at_once() {
     }
 }
 
-/// An Atom laid out for two threads per block (the register datapath, which needs no shared
-/// memory): enough to see a larger block refused.
+/// The register datapath (Host's) under another layout: laid out for `THREADS` threads per
+/// block and asking for `SMEM` bytes of shared memory it never touches. Two threads are enough
+/// to see a larger block refused; 4 KiB that a lean launch does not give, to see the paths that
+/// need them refused.
 #[derive(Clone, Copy, Debug)]
-struct TwoThreads;
+struct Layout<const THREADS: u32, const SMEM: u32>;
 
-impl purlin_device::atom::Atom for TwoThreads {
-    const NAME: &'static str = "two-threads";
-    const THREADS: u32 = 2;
-    const SMEM_BYTES: u32 = 0;
+/// Laid out for two threads per block, no shared memory.
+type TwoThreads = Layout<2, 0>;
+
+/// Host's block size, 4 KiB of shared memory.
+type WithSmem = Layout<{ <Host as purlin_device::atom::Atom>::THREADS }, 4096>;
+
+impl<const THREADS: u32, const SMEM: u32> purlin_device::atom::Atom for Layout<THREADS, SMEM> {
+    const NAME: &'static str = "test-layout";
+    const THREADS: u32 = THREADS;
+    const SMEM_BYTES: u32 = SMEM;
 
     unsafe fn copy(
         coop: purlin_device::coop::Coop,
@@ -434,39 +442,6 @@ fn blocks_larger_than_the_atom_supports_are_refused() {
         );
     }
     assert!(run(2).is_ok());
-}
-
-/// An Atom that asks for 4 KiB of shared memory (the register datapath underneath, which never
-/// touches it): a lean launch gives it none, so a path that needs it must be refused.
-#[derive(Clone, Copy, Debug)]
-struct WithSmem;
-
-impl purlin_device::atom::Atom for WithSmem {
-    const NAME: &'static str = "with-smem";
-    const THREADS: u32 = <Host as purlin_device::atom::Atom>::THREADS;
-    const SMEM_BYTES: u32 = 4096;
-
-    unsafe fn copy(
-        coop: purlin_device::coop::Coop,
-        dst: *mut u8,
-        src: *const u8,
-        bytes: usize,
-        smem: *mut u8,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { <Host as purlin_device::atom::Atom>::copy(coop, dst, src, bytes, smem) }
-    }
-
-    unsafe fn reduce<T: purlin_device::element::Element, O: purlin_device::op::ReduceOp>(
-        coop: purlin_device::coop::Coop,
-        dst: *mut T,
-        srcs: &[*const T],
-        count: usize,
-        smem: *mut u8,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { <Host as purlin_device::atom::Atom>::reduce::<T, O>(coop, dst, srcs, count, smem) }
-    }
 }
 
 /// A call launched *lean* (SNAC's scratch only, as the host launches the latency paths) runs

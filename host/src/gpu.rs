@@ -35,7 +35,7 @@ pub struct Gpu {
     limits: DeviceLimits,
     name: String,
     /// Loaded kernels, each with the dynamic shared memory it is allowed so far.
-    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
+    functions: Kernels,
 }
 
 /// Loaded GPUs by (ordinal, architecture).
@@ -47,23 +47,50 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(Default::default)
 }
 
-/// Raises `f`'s dynamic shared-memory limit to `needed` if it is above `allowed` (what the
-/// kernel was allowed so far; 48 KiB without a raise) and returns the new limit. A kernel
-/// launched lean first (SNAC's scratch only) and with the Atom's shared memory later is raised
-/// then: the limit only grows.
-pub(crate) fn allow_smem(f: &CudaFunction, allowed: u32, needed: u32) -> Result<u32> {
-    if needed <= allowed {
-        return Ok(allowed);
-    }
-    f.set_attribute(
-        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        needed as i32,
-    )?;
-    Ok(needed)
-}
+/// Kernels fetched from modules, each with the dynamic shared memory it is allowed so far
+/// (48 KiB until raised): what [`Gpu`] and [`Module`](crate::module::Module) share.
+#[derive(Debug, Default)]
+pub(crate) struct Kernels(Mutex<HashMap<String, (CudaFunction, u32)>>);
 
-/// The dynamic shared memory every kernel may use without raising its limit.
-pub(crate) const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
+impl Kernels {
+    /// Kernel `name`, fetched from `module()` the first time (a missing one is
+    /// [`Error::MissingKernel`] for `arch`), allowed at least `smem_bytes`. A kernel launched
+    /// lean first (SNAC's scratch only) and with the Atom's shared memory later is raised
+    /// then: the limit only grows.
+    pub(crate) fn get<'m>(
+        &self,
+        name: &str,
+        smem_bytes: u32,
+        arch: Arch,
+        module: impl FnOnce() -> Result<&'m Arc<CudaModule>>,
+    ) -> Result<CudaFunction> {
+        let mut kernels = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (f, allowed) = match kernels.get(name) {
+            Some((f, allowed)) => (f.clone(), *allowed),
+            None => {
+                let f = module()?.load_function(name).map_err(|e| match e.0 {
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
+                        name: name.to_owned(),
+                        arch,
+                    },
+                    _ => Error::Driver(e),
+                })?;
+                (f, 48 * 1024)
+            }
+        };
+        let allowed = if smem_bytes > allowed {
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem_bytes as i32,
+            )?;
+            smem_bytes
+        } else {
+            allowed
+        };
+        kernels.insert(name.to_owned(), (f.clone(), allowed));
+        Ok(f)
+    }
+}
 
 impl Gpu {
     /// Whether the NVIDIA driver library can be loaded on this machine.
@@ -195,7 +222,7 @@ impl Gpu {
             atom_module: OnceLock::new(),
             compute_capability: cc,
             sm_count,
-            functions: Mutex::new(HashMap::new()),
+            functions: Kernels::default(),
         });
         // Every collective kernel (both builds) is fetched, with its full shared-memory limit,
         // now: under the driver's lazy loading, fetching a kernel for the first time may wait
@@ -294,38 +321,22 @@ impl Gpu {
     }
 
     /// Kernel `name` of the loaded PTX, allowed `smem_bytes` of dynamic shared memory
-    /// (cached; the shared-memory limit is raised when a launch needs more than before). The grid-wide Atom kernels
-    /// (`purlin_atom_*`, `purlin_test_*`) live in a module of their own, loaded (and so compiled
-    /// by the driver) the first time one of them is asked for.
+    /// (cached; the shared-memory limit is raised when a launch needs more than before). The
+    /// grid-wide Atom kernels (`purlin_atom_*`, `purlin_test_*`) live in a module of their own,
+    /// loaded (and so compiled by the driver) the first time one of them is asked for.
     /// ```no_run
     /// let gpu = purlin::Gpu::open(0)?;
     /// let f = gpu.function("purlin_atom_copy_sm70", 0)?;
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
-        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        let (f, allowed) = match functions.get(name) {
-            Some((f, allowed)) => (f.clone(), *allowed),
-            None => {
-                let module = if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_")
-                {
-                    self.atom_module()?
-                } else {
-                    &self.module
-                };
-                let f = module.load_function(name).map_err(|e| match e.0 {
-                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
-                        name: name.to_owned(),
-                        arch: self.arch,
-                    },
-                    _ => Error::Driver(e),
-                })?;
-                (f, DEFAULT_SMEM_LIMIT)
+        self.functions.get(name, smem_bytes, self.arch, || {
+            if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_") {
+                self.atom_module()
+            } else {
+                Ok(&self.module)
             }
-        };
-        let allowed = allow_smem(&f, allowed, smem_bytes)?;
-        functions.insert(name.to_owned(), (f.clone(), allowed));
-        Ok(f)
+        })
     }
 
     /// Loads the grid-wide Atom kernels now (the driver compiles them: seconds on first use in

@@ -6,8 +6,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::launch::{KernelArgs, LaunchShape};
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, result};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// A module of your PTX on one GPU.
 ///
@@ -24,7 +23,7 @@ pub struct Module {
     gpu: Arc<Gpu>,
     module: Arc<CudaModule>,
     /// Loaded kernels, each with the dynamic shared memory it is allowed so far.
-    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
+    functions: crate::gpu::Kernels,
 }
 
 impl Module {
@@ -36,7 +35,7 @@ impl Module {
         Ok(Self {
             gpu: gpu.clone(),
             module,
-            functions: Mutex::new(HashMap::new()),
+            functions: Default::default(),
         })
     }
 
@@ -46,23 +45,8 @@ impl Module {
     }
 
     fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
-        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        let (f, allowed) = match functions.get(name) {
-            Some((f, allowed)) => (f.clone(), *allowed),
-            None => {
-                let f = self.module.load_function(name).map_err(|e| match e.0 {
-                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
-                        name: name.to_owned(),
-                        arch: self.gpu.arch(),
-                    },
-                    _ => Error::Driver(e),
-                })?;
-                (f, crate::gpu::DEFAULT_SMEM_LIMIT)
-            }
-        };
-        let allowed = crate::gpu::allow_smem(&f, allowed, smem_bytes)?;
-        functions.insert(name.to_owned(), (f.clone(), allowed));
-        Ok(f)
+        self.functions
+            .get(name, smem_bytes, self.gpu.arch(), || Ok(&self.module))
     }
 
     /// Launches kernel `name` with `shape` and `args` on `stream` (of this module's GPU);
