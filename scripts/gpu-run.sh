@@ -67,7 +67,8 @@ if [ $tests = 1 ]; then
   gpu_bin=$here/bin/test-gpu
   passed=0 failed=0 skipped=0 notrun=0
   for name in $("$gpu_bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
-    [ -n "$filter" ] && [[ $name != *"$filter"* ]] && continue
+    # The filter is an extended regular expression over the test names ('^(queued|safety)::').
+    [ -n "$filter" ] && ! [[ $name =~ $filter ]] && continue
     log=$logs/test-${name//::/.}.log
     start=$(date +%s)
     bounded "${PURLIN_GPU_TEST_TIMEOUT:-240}" "$gpu_bin" --exact "$name" --test-threads=1 --nocapture >"$log" 2>&1
@@ -87,7 +88,9 @@ if [ $tests = 1 ]; then
     fi
     grep -E 'cases run|checked|reported|replays' "$log" | sed 's/^/    /' | tee -a "$summary"
   done
+  # PURLIN_GPU_EXAMPLES=0 leaves the examples out (a call that runs only some of the tests).
   for t in "$here"/bin/example-*; do
+    [ "${PURLIN_GPU_EXAMPLES:-1}" = 0 ] && break
     [ -x "$t" ] || continue
     case $t in *-mpi) continue ;; esac
     name=$(basename "$t")
@@ -97,7 +100,7 @@ if [ $tests = 1 ]; then
     elif [ $rc -eq 125 ]; then notrun=$((notrun + 1)); say "NOT RUN (deadline) $name"
     else failed=$((failed + 1)); status=1; say "FAILED rc=$rc $name: $(tail -2 "$logs/$name.log" | cut -c1-300)"; fi
   done
-  if [ -x "$here/bin/example-p2p-mpi" ] && command -v mpirun >/dev/null; then
+  if [ "${PURLIN_GPU_EXAMPLES:-1}" != 0 ] && [ -x "$here/bin/example-p2p-mpi" ] && command -v mpirun >/dev/null; then
     if bounded 120 "$here/gpu-mpi.sh" run 64M >"$logs/example-p2p-mpi.log" 2>&1; then
       passed=$((passed + 1)); say "ok example-p2p-mpi (mpirun -n 2)"
     else failed=$((failed + 1)); status=1; say "FAILED example-p2p-mpi (mpirun -n 2)"; fi

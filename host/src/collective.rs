@@ -34,9 +34,14 @@
 //! slice) interleaved with queued collectives blocked every rank's host thread until the
 //! peers' kernels gave up ([`Error::Timeout`] after the context's timeout), while the same
 //! sequences with the copies from page-locked memory (`CudaContext::alloc_pinned`), or with the
-//! inputs uploaded before the first call, ran through. Anything that waits for the device does
-//! the same: a synchronous `cuMemFree`, stream or device synchronisation, loading a module.
-//! Make such calls before or after a queued sequence, or use page-locked memory.
+//! inputs uploaded before the first call, ran through. Anything that waits for the device to
+//! go idle does the same (`scripts/probe-blocking.py` measures which calls do): a synchronous
+//! `cuMemFree` or `cuMemFreeHost`, loading a module, a stream or device synchronisation, and a
+//! launch that needs more per-thread local memory than the context holds (which is why
+//! [`Gpu::open`](crate::Gpu::open) and module loads reserve what their kernels need);
+//! stream-ordered allocation (`cuMemAllocAsync`), `cuMemAlloc`, `cuMemHostAlloc` and stream or
+//! event creation did not wait. Make such calls before or after a queued sequence, or use
+//! page-locked memory.
 //!
 //! ```no_run
 //! use purlin::bootstrap::{Bootstrap, InProcess};

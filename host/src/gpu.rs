@@ -225,10 +225,10 @@ impl Gpu {
             functions: Kernels::default(),
         });
         // Every collective kernel (both builds) is fetched, with its full shared-memory limit,
-        // now: under the driver's lazy loading, fetching a kernel for the first time may wait
-        // for the whole device to go idle, and a rank whose host thread did that between
-        // queued calls left its peers' kernels waiting for it until they timed out (H200,
-        // 5386406: the first throughput AllReduce after latency-only ones at world 2).
+        // now, so that no launch between queued calls does more than launch: anything that
+        // waits for the device to go idle there leaves the peers' kernels waiting for this
+        // rank until they time out (the cause measured on the H200 was the local-memory growth
+        // `reserve_local_memory` prevents; this keeps first fetches out of the launch path too).
         let (_, smem) = crate::collective::kernel_shape(arch);
         for name in crate::collective::kernel_names() {
             gpu.function(name, smem)?;
@@ -406,12 +406,33 @@ fn load_image(
 ) -> Result<Arc<CudaModule>> {
     let ptx = text;
     let module = context.load_module(image)?;
+    let mut local_bytes = 0;
     for name in entries(ptx) {
         let f = module.load_function(name)?;
         // SAFETY: a function handle of a module this context just loaded.
         unsafe { cudarc::driver::sys::cuFuncLoad(f.cu_function()) }.result()?;
+        local_bytes = local_bytes.max(f.local_size_bytes()?.max(0) as usize);
     }
+    reserve_local_memory(context, local_bytes)?;
     Ok(module)
+}
+
+/// Makes the context's per-thread local memory (its stack limit) at least `bytes`, now.
+///
+/// The driver sizes local memory for the largest per-thread need launched so far, and a
+/// launch that needs more grows it first, which waits for every kernel on the GPU to finish:
+/// a rank whose launch did that while a peer's collective waited for it left both waiting
+/// until the timeout (H200, 672f8ae: the first ReduceScatter of a queued sequence at world 2,
+/// whose kernels keep 1056 bytes per thread (`ptxas -v`), above the default 1024, blocked its
+/// host thread in `cuLaunchKernel` for the whole 5 s timeout in 5 runs of 6). Loading a module
+/// already waits for the GPU, so reserving here costs nothing a launch would not.
+fn reserve_local_memory(context: &Arc<CudaContext>, bytes: usize) -> Result<()> {
+    use cudarc::driver::sys::CUlimit::CU_LIMIT_STACK_SIZE;
+    if bytes > context.get_limit(CU_LIMIT_STACK_SIZE)? {
+        tracing::debug!(bytes, "raising the per-thread stack limit");
+        context.set_limit(CU_LIMIT_STACK_SIZE, bytes)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -294,3 +294,55 @@ fn context_new_checks_devices() {
     ));
     assert_eq!(b.world(), 1);
 }
+
+/// Opening a GPU leaves enough per-thread local memory for every collective and Atom kernel,
+/// so no launch has to grow it (which waits for the whole GPU to go idle: a rank whose launch
+/// did that while a peer's collective waited for it deadlocked until the timeout, H200 at
+/// 672f8ae, the queued world-2 sequences in 5 runs of 6). Before the fix the stack limit stayed
+/// at the driver's 1024 bytes, below the ReduceScatter kernels' 1056 and 1072.
+#[test]
+fn opening_a_gpu_reserves_the_local_memory_every_kernel_needs() {
+    let Some(gpu) = gpu_or_skip("local memory reservation", None) else {
+        return;
+    };
+    gpu.load_atom_kernels().unwrap();
+    let limit = gpu
+        .context()
+        .get_limit(cudarc::driver::sys::CUlimit::CU_LIMIT_STACK_SIZE)
+        .unwrap();
+    let mut checked = 0;
+    for embedded in [
+        purlin::ptx::kernels(gpu.arch()),
+        purlin::ptx::atom_kernels(gpu.arch()),
+    ] {
+        // A second, independent load of what the library loaded (the precompiled cubin when
+        // there is one, else the PTX), to read each kernel's need.
+        let image = match purlin::ptx::precompiled(embedded) {
+            Some(mut cubin) => {
+                cubin.push(0);
+                cudarc::nvrtc::Ptx::from_binary(cubin)
+            }
+            None => cudarc::nvrtc::Ptx::from_src(embedded.text()),
+        };
+        let module = gpu.context().load_module(image).unwrap();
+        for name in embedded
+            .text()
+            .lines()
+            .filter_map(|l| l.split(".entry ").nth(1))
+            .map(|rest| rest.split(['(', ' ']).next().unwrap())
+        {
+            let need = module
+                .load_function(name)
+                .unwrap()
+                .local_size_bytes()
+                .unwrap() as usize;
+            assert!(
+                need <= limit,
+                "{name} needs {need} bytes per thread, the stack limit is {limit}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} kernels found");
+    println!("local memory: {checked} kernels checked against a {limit}-byte stack limit");
+}

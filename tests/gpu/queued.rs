@@ -204,13 +204,20 @@ impl PinnedInputs {
         world: u32,
         r: u32,
         i: usize,
+        timeline: &mut Timeline,
     ) -> CallBuffers {
         let (src_at, src_len, counts_at, counts_len) = self.at[i];
+        let mut mark = |what: &str| {
+            if i < 3 {
+                timeline.mark(format!("call {i} {what}"));
+            }
+        };
         let dst_len = step.lens(world, r).1;
         // SAFETY: page-locked, filled before the sequence and never written again; it outlives
         // the synchronise at the end of the sequence.
         let host =
             unsafe { std::slice::from_raw_parts(self.slab.as_ptr().unwrap(), self.slab.len()) };
+        mark("slab pointer");
         // SAFETY: each buffer is filled by the copy queued right after its allocation.
         let (mut src, mut dst, mut counts) = unsafe {
             (
@@ -219,6 +226,7 @@ impl PinnedInputs {
                 stream.alloc::<u64>((counts_len / 8).max(1)).unwrap(),
             )
         };
+        mark("allocated");
         let copy = |dst: u64, bytes: &[u8]| {
             if !bytes.is_empty() {
                 // SAFETY: `dst` holds at least `bytes.len()` bytes; `bytes` is page-locked.
@@ -236,6 +244,7 @@ impl PinnedInputs {
             Span::from_device(&dst, stream).addr,
             &host[self.poison_at..self.poison_at + dst_len + GUARD],
         );
+        mark("input and poison copies queued");
         copy(
             Span::from_device(&counts, stream).addr,
             &host[counts_at..counts_at + counts_len],
@@ -247,6 +256,37 @@ impl PinnedInputs {
             counts,
             dst_len,
         }
+    }
+}
+
+/// When a rank's host thread reached each stage of a sequence, from an origin all ranks share.
+struct Timeline {
+    origin: Instant,
+    marks: Vec<(String, Duration)>,
+}
+
+impl Timeline {
+    fn new(origin: Instant) -> Self {
+        let mut t = Self {
+            origin,
+            marks: Vec::new(),
+        };
+        t.mark("context made");
+        t
+    }
+
+    fn mark(&mut self, what: impl Into<String>) {
+        self.marks.push((what.into(), self.origin.elapsed()));
+    }
+}
+
+impl std::fmt::Display for Timeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "host timeline:")?;
+        for (what, at) in &self.marks {
+            write!(f, " {what} {:.1} ms,", at.as_secs_f64() * 1e3)?;
+        }
+        Ok(())
     }
 }
 
@@ -270,9 +310,13 @@ fn sequence(
     inputs: &[Vec<Vec<u8>>],
     uploads: Uploads,
 ) -> Vec<Outcome> {
+    // When each rank's host reached each stage, from one origin: a failure prints them, so a
+    // rank whose set-up or launch was late (a driver call that blocked it) shows where.
+    let origin = Instant::now();
     virtual_node(gpu, world, req, |ctx, stream| {
         ctx.set_timeout(Duration::from_secs(5));
         let r = ctx.rank();
+        let mut timeline = Timeline::new(origin);
         let mut bufs = Vec::with_capacity(steps.len());
         let pinned = (uploads == Uploads::InterleavedPinned)
             .then(|| PinnedInputs::new(stream, steps, inputs, world, r));
@@ -281,14 +325,18 @@ fn sequence(
                 bufs.push(buffers(stream, step, world, r, &input[r as usize]));
             }
         }
+        timeline.mark("set-up queued");
         stream.synchronize().unwrap();
+        timeline.mark("set-up done");
         // The longest a rank's host thread spent making one call's buffers: a driver call that
         // blocks the host while peers wait for this rank's next launch shows up here.
         let mut blocked = (Duration::ZERO, 0);
+        // The longest one launch took on the host (a launch that blocks shows up here).
+        let mut longest_launch = (Duration::ZERO, 0);
         for (i, step) in steps.iter().enumerate() {
             let start = Instant::now();
             match &pinned {
-                Some(p) => bufs.push(p.buffers(stream, step, world, r, i)),
+                Some(p) => bufs.push(p.buffers(stream, step, world, r, i, &mut timeline)),
                 None if uploads == Uploads::Interleaved => {
                     bufs.push(buffers(stream, step, world, r, &inputs[i][r as usize]))
                 }
@@ -297,17 +345,30 @@ fn sequence(
             if start.elapsed() > blocked.0 {
                 blocked = (start.elapsed(), i);
             }
-            if let Err(e) = launch(ctx, stream, step, &bufs[i]) {
+            if i < 3 {
+                timeline.mark(format!("call {i} buffers made"));
+            }
+            let launched = Instant::now();
+            let result = launch(ctx, stream, step, &bufs[i]);
+            if launched.elapsed() > longest_launch.0 {
+                longest_launch = (launched.elapsed(), i);
+            }
+            if let Err(e) = result {
                 let _ = ctx.synchronize();
                 return Outcome::Failed(format!(
-                    "rank {r}: call {i} ({}) refused: {e}",
+                    "rank {r}: call {i} ({}) refused: {e}; {timeline}",
                     step.describe()
                 ));
             }
+            if i < 3 {
+                timeline.mark(format!("call {i} launched"));
+            }
         }
+        timeline.mark("all launched");
         let host_note = format!(
-            "longest buffer set-up on the host: {:?} before call {}",
-            blocked.0, blocked.1
+            "longest buffer set-up on the host: {:?} before call {}; longest launch: {:?} \
+             (call {}); {timeline}",
+            blocked.0, blocked.1, longest_launch.0, longest_launch.1
         );
         if let Err(e) = ctx.synchronize() {
             return Outcome::Failed(format!("rank {r}: {e}; {host_note}"));
@@ -397,7 +458,14 @@ fn queued(
     let start = Instant::now();
     let (mut calls, mut outputs, mut failed_sequences) = (0, 0, 0);
     let mut failures = Vec::new();
+    // PURLIN_QUEUED_WORLDS=2,4 narrows the worlds (to repeat one that failed).
+    let only: Option<Vec<u32>> = std::env::var("PURLIN_QUEUED_WORLDS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|w| w.trim().parse().ok()).collect());
     for &world in worlds {
+        if only.as_ref().is_some_and(|o| !o.contains(&world)) {
+            continue;
+        }
         for (req, bands) in configs(world).into_iter().take(configs_used) {
             for &random_plan in plans {
                 let knobs = Knobs {
