@@ -938,3 +938,39 @@ fn timeouts_are_clamped_to_a_bound() {
     assert_eq!(ctx.device_view().timeout_ns, 1_000_000);
     ctx.finalize().unwrap();
 }
+
+/// A window wait's timeout record (what `purlin_window_wait` leaves on a GPU) is read by
+/// `check_fault` as a p2p-wait timeout naming the peer and the awaited value, and poisons the
+/// context; a collective's record, if there is one, comes first.
+#[test]
+fn a_window_wait_record_is_a_p2p_timeout_that_poisons() {
+    let b = InProcess::group(1).unwrap().remove(0);
+    let ctx = Context::new_host(
+        0,
+        1,
+        Workspace::new(&b, HostAllocator::new(), WorkspaceRequirements::small()).unwrap(),
+    )
+    .unwrap();
+    assert!(ctx.check_fault().is_ok());
+    let record = (ctx.device_view().state + LocalState::WINDOW_FAULT as u64) as *mut u32;
+    // SAFETY: the record lies in this context's host-memory local state, which nothing else
+    // touches (no call is running).
+    unsafe {
+        record.write_volatile(1);
+        record.add(1).write_volatile(3);
+        (record.add(2) as *mut u64).write_volatile(42);
+        (record.add(4) as *mut u64).write_volatile(41);
+    }
+    match ctx.check_fault() {
+        Err(Error::Timeout {
+            collective: "p2p wait",
+            rank: 0,
+            peer: 3,
+            epoch: 42,
+            peer_missing: false,
+            ..
+        }) => {}
+        other => panic!("expected a p2p-wait timeout, got {other:?}"),
+    }
+    assert!(matches!(ctx.ensure_usable(), Err(Error::Poisoned { .. })));
+}

@@ -161,8 +161,14 @@ impl LocalState {
     pub const FAULT: usize = Self::COUNTERS + Self::COUNTER_WORDS * 4;
     /// Bytes reserved for the fault record.
     pub const FAULT_BYTES: usize = 64;
+    /// The record a point-to-point window wait leaves when it runs out of time (see
+    /// `snac::window::WindowFault`); right after the fault record, so the host reads both at
+    /// once.
+    pub const WINDOW_FAULT: usize = Self::FAULT + Self::FAULT_BYTES;
+    /// Bytes of the window-wait record.
+    pub const WINDOW_FAULT_BYTES: usize = 32;
     /// Total bytes.
-    pub const BYTES: usize = Self::FAULT + Self::FAULT_BYTES;
+    pub const BYTES: usize = Self::WINDOW_FAULT + Self::WINDOW_FAULT_BYTES;
 }
 
 /// What a collective kernel knows about its communicator. Passed by value.

@@ -264,7 +264,7 @@ struct Call {
 
 /// The entry point of a collective in `purlin-kernels`: one per collective, and per element
 /// type for the reductions (`purlin_<collective>[_<type>]`).
-/// Every purlin-kernels entry point a call can launch (each once).
+/// Every purlin-kernels entry point a call (or a window's stream wait) can launch, each once.
 pub(crate) fn kernel_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = CollectiveKind::ALL
         .into_iter()
@@ -274,6 +274,7 @@ pub(crate) fn kernel_names() -> Vec<&'static str> {
             })
         })
         .collect();
+    names.push(crate::p2p::WINDOW_WAIT_KERNEL);
     names.sort_unstable();
     names.dedup();
     names
@@ -939,6 +940,11 @@ mod tests {
                     }
                 }
             }
+            let name = crate::p2p::WINDOW_WAIT_KERNEL;
+            assert!(
+                ptx.contains(&format!(".entry {name}(")),
+                "{arch}: no {name}"
+            );
         }
     }
 

@@ -28,6 +28,7 @@ use crate::validate;
 use crate::workspace::Workspace;
 use cudarc::driver::CudaStream;
 use purlin_device::context::{LocalState, MAX_RANKS};
+use purlin_device::snac::window::WindowFault;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -341,7 +342,8 @@ impl Context {
     /// ```
     pub fn check_fault(&self) -> Result<()> {
         self.ensure_usable()?;
-        let mut record = [0u8; FAULT_BYTES];
+        // The collectives' fault record and, right after it, the window waits'.
+        let mut record = [0u8; FAULT_BYTES + LocalState::WINDOW_FAULT_BYTES];
         let at = self.view.state + LocalState::FAULT as u64;
         match &self.stream {
             // SAFETY: the fault record lies inside this rank's state allocation.
@@ -354,14 +356,26 @@ impl Context {
                 }
             }
         }
-        match fault::decode_fault_record(&record) {
-            Some(f) => {
-                let error = fault::fault_error(&f);
-                *self.poisoned.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
-                Err(error)
-            }
-            None => Ok(()),
-        }
+        let (collective, window) = record.split_at(FAULT_BYTES);
+        let collective: &[u8; FAULT_BYTES] = collective.try_into().expect("split at its size");
+        let window = window.try_into().expect("the rest is the window record");
+        let error = match (
+            fault::decode_fault_record(collective),
+            WindowFault::decode(window),
+        ) {
+            (Some(f), _) => fault::fault_error(&f),
+            (None, Some(w)) => Error::Timeout {
+                collective: "p2p wait",
+                rank: self.rank(),
+                peer: w.from,
+                epoch: w.awaited,
+                peer_missing: false,
+                waiting_for: "its signal",
+            },
+            (None, None) => return Ok(()),
+        };
+        *self.poisoned.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
+        Err(error)
     }
 
     /// Copies `dst.len()` bytes from device address `src` to the host through the context's

@@ -129,26 +129,6 @@ pub(crate) unsafe fn stream_write_u64(
     Ok(())
 }
 
-/// Stream-ordered wait until the `u64` at `addr` is at least `value`.
-///
-/// # Safety
-/// `addr` is an 8-byte aligned device address this stream's device can read.
-pub(crate) unsafe fn stream_wait_u64(
-    stream: &cudarc::driver::CudaStream,
-    addr: u64,
-    value: u64,
-) -> Result<()> {
-    stream.context().bind_to_thread()?;
-    // No CU_STREAM_WAIT_VALUE_FLUSH: few platforms can flush remote writes
-    // (CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES), elsewhere the flag is
-    // CUDA_ERROR_INVALID_VALUE (what the H200 answered). The signal is a release store after the data, so seeing it
-    // orders the data before the work this wait releases.
-    let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
-    // SAFETY: forwarded contract.
-    unsafe { sys::cuStreamWaitValue64_v2(stream.cu_stream(), addr, value, flags) }.result()?;
-    Ok(())
-}
-
 /// Page-locked host memory: the bounce buffer of device-to-host reads. Reads into pageable
 /// memory go through the driver's one staging buffer per context and block the calling thread
 /// inside the copy; with several ranks on one GPU (threads of one process), a read queued behind

@@ -38,12 +38,16 @@ use crate::atom::{self, AtomKind};
 use crate::context::Context;
 use crate::cuda;
 use crate::error::{Error, Result};
+use crate::launch::{Kernel, LaunchShape};
 use crate::memory::{Memory, Span};
 use crate::symmetric::Symmetric;
 use crate::validate;
 use purlin_device::context::MAX_RANKS;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The purlin-kernels entry point of [`Window::wait_on_stream`].
+pub(crate) const WINDOW_WAIT_KERNEL: &str = "purlin_window_wait";
 
 /// Alignment of a put's source and destination (one 16-byte vector).
 pub const PUT_ALIGN: u64 = 16;
@@ -400,18 +404,16 @@ impl Window {
     }
 
     /// Makes the context's stream wait until `from` has signalled at least `value` (GPU only;
-    /// stream-ordered and capturable). Prefer [`wait`](Window::wait), which is bounded. On the
-    /// virtual node, do not block the host thread in a
-    /// copy to or from *pageable* host memory queued behind this wait (`stream.clone_dtoh`,
-    /// say): the driver's pageable staging is shared by the process, so other ranks' pageable
-    /// copies — perhaps the ones that lead to the signal — stall behind it. Purlin's own reads
-    /// ([`read_local`](Window::read_local), [`signal_value`](Window::signal_value)) bounce
-    /// through pinned memory and are safe.
-    ///
-    /// # Safety
-    /// The wait has no bound (the driver's stream wait has none): `from` must signal `value`
-    /// eventually. If it never does, this stream, every later synchronise of it and the
-    /// context's teardown (which waits for the stream) hang.
+    /// stream-ordered and capturable): a one-thread kernel (`purlin_window_wait`) polls the
+    /// signal. The wait is bounded by the context's [timeout](Context::timeout): past it the
+    /// kernel records the timeout and ends, the stream goes on, and the next
+    /// [`synchronize`](Context::synchronize) (or [`check_fault`](Context::check_fault)) returns
+    /// [`Error::Timeout`] naming `from` and poisons the context. On the virtual node, do not
+    /// block the host thread in a copy to or from *pageable* host memory queued behind this wait
+    /// (`stream.clone_dtoh`, say): the driver's pageable staging is shared by the process, so
+    /// other ranks' pageable copies — perhaps the ones that lead to the signal — stall behind
+    /// it. Purlin's own reads ([`read_local`](Window::read_local),
+    /// [`signal_value`](Window::signal_value)) bounce through pinned memory.
     ///
     /// ```no_run
     /// # use purlin::{bootstrap::*, memory::DeviceAllocator, workspace::*, Context, p2p::Window};
@@ -421,21 +423,33 @@ impl Window {
     /// # let ctx = Context::new(0, 1, Workspace::new(&b, DeviceAllocator::new(gpu), WorkspaceRequirements::small())?, &stream)?;
     /// let w = Window::new(&ctx, 64)?;
     /// w.signal(&ctx, 0, 1)?;
-    /// // SAFETY: this rank signalled 1 just before.
-    /// unsafe { w.wait_on_stream(&ctx, 0, 1)? };
-    /// stream.synchronize()?;
+    /// w.wait_on_stream(&ctx, 0, 1)?; // this rank signalled 1 just before
+    /// ctx.synchronize()?;
+    /// w.wait_on_stream(&ctx, 0, 2)?; // never signalled: a timeout after the context's bound
+    /// assert!(matches!(ctx.synchronize(), Err(purlin::Error::Timeout { peer: 0, epoch: 2, .. })));
     /// # Ok::<(), purlin::Error>(())
     /// ```
-    pub unsafe fn wait_on_stream(&self, ctx: &Context, from: u32, value: u64) -> Result<()> {
+    pub fn wait_on_stream(&self, ctx: &Context, from: u32, value: u64) -> Result<()> {
         self.check_context(ctx)?;
         let addr = self.signal_addr(self.rank(), from)?;
-        match ctx.stream() {
-            // SAFETY: an aligned word of this rank's window.
-            Some(stream) => unsafe { cuda::stream_wait_u64(stream, addr, value) },
-            None => Err(Error::Unsupported(
+        if ctx.stream().is_none() {
+            return Err(Error::Unsupported(
                 "stream waits on a host-memory (CPU emulation) context".into(),
-            )),
+            ));
         }
+        // SAFETY: the kernel takes (Context, signal address, value, from) and only reads the
+        // signal, an aligned word of this rank's window. The window's memory outlives the
+        // kernel: freeing it (`cuMemFree`, at the window's teardown) waits for the GPU's
+        // running work, and the kernel ends within the context's timeout.
+        const WAIT: Kernel<(purlin_device::context::Context, u64, u64, u32)> =
+            unsafe { Kernel::new(WINDOW_WAIT_KERNEL) };
+        let shape = LaunchShape {
+            blocks: 1,
+            threads: 1,
+            smem_bytes: 0,
+        };
+        // SAFETY: as above.
+        unsafe { ctx.launch(&WAIT, shape, (ctx.device_view(), addr, value, from)) }
     }
 
     /// Copies `dst.len()` bytes of this rank's window from byte `offset` to the host (after

@@ -111,10 +111,8 @@ fn p2p_two_ranks(
                     ctx.synchronize()?;
                 } else {
                     if stream_wait {
-                        // Stream-ordered; the bounded host wait below turns a stall into an
-                        // error instead of a hang (it polls on a private stream).
-                        // SAFETY: rank 0 signals `seq` in this very round.
-                        unsafe { window.wait_on_stream(&ctx, 0, seq)? };
+                        // Stream-ordered and bounded by the context's timeout.
+                        window.wait_on_stream(&ctx, 0, seq)?;
                     }
                     window.wait(&ctx, 0, seq, WAIT)?;
                     let mut got = vec![0u8; bytes];

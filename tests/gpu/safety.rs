@@ -205,3 +205,65 @@ fn host_checks_refuse_before_launching_and_count_the_ranks_on_this_gpu() {
     }
     println!("host checks refused the foreign buffer and the oversized block at worlds 2 and 4");
 }
+
+/// A window's stream wait whose signal never comes ends after the context's timeout: the
+/// stream goes on (work queued behind it runs), `synchronize` returns a timeout naming the
+/// peer and the awaited value within the bound plus 100 ms, and the context poisons and tears
+/// down without hanging. Before, the wait was the driver's `cuStreamWaitValue64`, which has
+/// no bound: this test hung in its first `synchronize`.
+#[test]
+fn a_stream_wait_whose_signal_never_comes_times_out_and_tears_down() {
+    let Some(gpu) = gpu_or_skip("bounded stream wait", None) else {
+        return;
+    };
+    let bound = Duration::from_millis(200);
+    let outcomes = virtual_node(&gpu, 2, WorkspaceRequirements::small(), |ctx, stream| {
+        ctx.set_timeout(bound);
+        let window = purlin::p2p::Window::new(ctx, 64).unwrap();
+        let r = ctx.rank();
+        let peer = 1 - r;
+        // Signalled: passes.
+        window.signal(ctx, peer, 1).unwrap();
+        window.wait(ctx, peer, 1, Duration::from_secs(10)).unwrap();
+        window.wait_on_stream(ctx, peer, 1).unwrap();
+        ctx.synchronize().unwrap();
+        // Never signalled: the wait ends, a copy queued behind it still runs.
+        let start = Instant::now();
+        window.wait_on_stream(ctx, peer, 5).unwrap();
+        let behind = stream.clone_htod(&[7u8; 16]).unwrap();
+        let result = ctx.synchronize();
+        let took = start.elapsed();
+        let copied = stream.clone_dtoh(&behind).unwrap() == vec![7u8; 16];
+        let poisoned = ctx.ensure_usable().is_err();
+        drop(window);
+        (r, result, took, copied, poisoned)
+    });
+    for (r, result, took, copied, poisoned) in outcomes {
+        match result {
+            Err(Error::Timeout {
+                collective: "p2p wait",
+                rank,
+                peer,
+                epoch: 5,
+                ..
+            }) if rank == r && peer == 1 - r => {}
+            other => panic!(
+                "rank {r}: expected a p2p-wait timeout naming rank {}, got {other:?}",
+                1 - r
+            ),
+        }
+        assert!(
+            took < bound + Duration::from_millis(100),
+            "rank {r}: {took:?}"
+        );
+        assert!(
+            copied,
+            "rank {r}: the copy queued behind the wait did not run"
+        );
+        assert!(
+            poisoned,
+            "rank {r}: the context is still usable after the timeout"
+        );
+    }
+    println!("bounded stream wait: both ranks timed out within {bound:?} + 100 ms and tore down");
+}

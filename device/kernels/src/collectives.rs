@@ -145,3 +145,25 @@ copy_kernels!(
     all_to_all => purlin_all_to_all_latency,
     all_to_all_v => purlin_all_to_all_v_latency,
 );
+
+/// The bounded stream-ordered wait of a point-to-point window (`p2p::Window::wait_on_stream`):
+/// launch one block of one thread. Waits until the `u64` signal at `signal` reaches `value`
+/// (from rank `from`), at most the context's timeout, after which it leaves a
+/// `snac::window::WindowFault` in the local state and ends.
+///
+/// # Safety
+/// `signal` is an aligned `u64` of this rank's window, accessed only atomically.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn purlin_window_wait(
+    ctx: Context,
+    signal: u64,
+    value: u64,
+    from: u32,
+) {
+    if arch::thread_index() == 0 && arch::block_index() == 0 {
+        // SAFETY: the launch's contract.
+        unsafe {
+            purlin_device::snac::window::wait_signal(&ctx, signal as *const u64, value, from)
+        };
+    }
+}

@@ -81,6 +81,7 @@ pub mod packet;
 pub(crate) mod staging;
 pub(crate) mod sync;
 pub(crate) mod transfer;
+pub mod window;
 
 pub use fault::{CollectiveKind, DigestField, Fault, FaultKind, FaultRecord, Refusal, SignalKind};
 
