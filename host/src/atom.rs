@@ -4,8 +4,9 @@
 
 use crate::error::{Error, Result, check_pointer};
 use crate::gpu::Gpu;
+use crate::launch::{KernelArgs, LaunchShape, launch_on};
 use crate::ptx::Arch;
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::CudaStream;
 use purlin_device::atom::{Atom, MAX_SOURCES, ReduceSources, Sm70, Sm80, Sm90, Sm100};
 use purlin_device::element::DataType;
 use purlin_device::op::ReduceOpKind;
@@ -150,23 +151,20 @@ pub struct Launch {
     pub layout: GridLayout,
 }
 
-/// `ReduceSources` as a kernel argument.
-#[repr(transparent)]
-struct SourcesArg(ReduceSources);
-// SAFETY: `ReduceSources` is `#[repr(C)]` plain data, laid out identically on host and device.
-unsafe impl DeviceRepr for SourcesArg {}
-
-fn config(atom: AtomKind, blocks: u32) -> Result<LaunchConfig> {
-    if blocks == 0 {
-        return Err(Error::InvalidLaunch(
-            "a launch needs at least one block".into(),
-        ));
+impl LaunchShape {
+    /// `blocks` blocks of an Atom: its threads and its shared-memory needs.
+    ///
+    /// ```
+    /// let s = purlin::launch::LaunchShape::for_atom(purlin::atom::AtomKind::Sm70, 4);
+    /// assert_eq!(s.blocks, 4);
+    /// ```
+    pub const fn for_atom(atom: AtomKind, blocks: u32) -> Self {
+        Self {
+            blocks,
+            threads: atom.threads(),
+            smem_bytes: atom.smem_bytes(),
+        }
     }
-    Ok(LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (atom.threads(), 1, 1),
-        shared_mem_bytes: atom.smem_bytes(),
-    })
 }
 
 /// Copies `bytes` bytes from device address `src` to `dst` on `stream` with the launch shape
@@ -195,27 +193,16 @@ pub unsafe fn copy(
     src: u64,
     bytes: u64,
 ) -> Result<()> {
-    let Launch {
-        atom,
-        blocks,
-        layout,
-    } = launch;
+    let Launch { atom, layout, .. } = launch;
     atom.check(gpu)?;
     if bytes > 0 {
         check_pointer("dst", dst, 16)?;
         check_pointer("src", src, 16)?;
     }
-    let cfg = config(atom, blocks)?;
-    let f = gpu.function(
-        &format!("purlin_atom_copy_{}", atom.name()),
-        atom.smem_bytes(),
-    )?;
-    let layout = layout as u32;
-    let mut builder = stream.launch_builder(&f);
-    builder.arg(&dst).arg(&src).arg(&bytes).arg(&layout);
-    // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
-    unsafe { builder.launch(cfg) }?;
-    Ok(())
+    let name = format!("purlin_atom_copy_{}", atom.name());
+    // SAFETY: the Atom copy kernels take (dst, src, bytes, layout); the caller guarantees the
+    // buffers.
+    unsafe { launch_atom(gpu, stream, launch, &name, (dst, src, bytes, layout as u32)) }
 }
 
 /// `dst[i] = srcs[0][i] ⊕ … ⊕ srcs[n-1][i]` for `count` elements of `dtype`, accumulated in
@@ -250,11 +237,7 @@ pub unsafe fn reduce(
     srcs: &[u64],
     count: u64,
 ) -> Result<()> {
-    let Launch {
-        atom,
-        blocks,
-        layout,
-    } = launch;
+    let Launch { atom, layout, .. } = launch;
     atom.check(gpu)?;
     let sources = ReduceSources::new(srcs).ok_or(Error::SourceCount {
         count: srcs.len(),
@@ -266,21 +249,33 @@ pub unsafe fn reduce(
             check_pointer("source", s, 16)?;
         }
     }
-    let cfg = config(atom, blocks)?;
-    let f = gpu.function(
-        &format!("purlin_atom_reduce_{}_{}", atom.name(), dtype.name()),
-        atom.smem_bytes(),
-    )?;
-    let sources = SourcesArg(sources);
-    let (op, layout) = (op as u32, layout as u32);
-    let mut builder = stream.launch_builder(&f);
-    builder
-        .arg(&dst)
-        .arg(&sources)
-        .arg(&count)
-        .arg(&op)
-        .arg(&layout);
-    // SAFETY: the argument list matches the kernel's signature; the caller guarantees the buffers.
-    unsafe { builder.launch(cfg) }?;
-    Ok(())
+    let name = format!("purlin_atom_reduce_{}_{}", atom.name(), dtype.name());
+    let args = (dst, sources, count, op as u32, layout as u32);
+    // SAFETY: the Atom reduce kernels take (dst, sources, count, op, layout); the caller
+    // guarantees the buffers.
+    unsafe { launch_atom(gpu, stream, launch, &name, args) }
+}
+
+/// Launches the grid-wide Atom kernel `name` with `launch`'s blocks and its Atom's shape.
+///
+/// # Safety
+/// `args` are the kernel's parameters; what it touches stays valid until it has run.
+unsafe fn launch_atom<Args: KernelArgs>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    launch: Launch,
+    name: &str,
+    args: Args,
+) -> Result<()> {
+    let shape = LaunchShape::for_atom(launch.atom, launch.blocks);
+    // SAFETY: forwarded contract.
+    unsafe {
+        launch_on(
+            gpu,
+            stream,
+            shape,
+            || gpu.function(name, shape.smem_bytes),
+            args,
+        )
+    }
 }

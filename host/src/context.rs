@@ -448,10 +448,13 @@ impl Context {
         self.check_fault()
     }
 
-    /// Launches `kernel` on the context's GPU and stream (refused on a poisoned or host
-    /// context, and for more threads per block than the GPU's native Atom is laid out for:
-    /// a collective called from the kernel would refuse them anyway). Asynchronous and
-    /// capturable in a CUDA graph.
+    /// Launches one of Purlin's embedded kernels (the collectives' and the Atoms') on the
+    /// context's GPU and stream: refused on a poisoned or host context, and for more threads
+    /// per block than the GPU's native Atom is laid out for (a collective called from the
+    /// kernel would refuse them anyway); a name Purlin does not have is
+    /// [`Error::MissingKernel`]. A kernel of your own that calls collectives lives in your PTX:
+    /// load it with [`Module::load`](crate::module::Module::load) and launch it there.
+    /// Asynchronous and capturable in a CUDA graph.
     ///
     /// # Safety
     /// As [`Kernel::launch`].
@@ -464,10 +467,15 @@ impl Context {
     /// # let gpu = purlin::Gpu::open(0)?;
     /// # let stream = gpu.new_stream()?;
     /// # let ctx = Context::new(0, 1, Workspace::new(&b, DeviceAllocator::new(gpu), WorkspaceRequirements::small())?, &stream)?;
-    /// // SAFETY: a kernel taking (dst, src, bytes, ctx) by value — illustration.
-    /// const K: Kernel<(u64, u64, u64, DeviceContext)> = unsafe { Kernel::new("my_fused_kernel") };
-    /// // SAFETY: zero bytes.
-    /// unsafe { ctx.launch(&K, LaunchShape { blocks: 4, threads: 256, smem_bytes: 0 }, (0, 0, 0, ctx.device_view()))? };
+    /// // SAFETY: the sm_70 Atom's grid-wide copy takes (dst, src, bytes).
+    /// const COPY: Kernel<(u64, u64, u64)> = unsafe { Kernel::new("purlin_atom_copy_sm70") };
+    /// // SAFETY: zero bytes touch no memory.
+    /// unsafe { ctx.launch(&COPY, LaunchShape { blocks: 1, threads: 128, smem_bytes: 0 }, (0, 0, 0))? };
+    /// // Not one of Purlin's kernels: refused before anything is launched.
+    /// const MINE: Kernel<(DeviceContext,)> = unsafe { Kernel::new("my_fused_kernel") };
+    /// // SAFETY: refused.
+    /// let refused = unsafe { ctx.launch(&MINE, LaunchShape { blocks: 1, threads: 128, smem_bytes: 0 }, (ctx.device_view(),)) };
+    /// assert!(matches!(refused, Err(purlin::Error::MissingKernel { .. })));
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub unsafe fn launch<A: KernelArgs>(
@@ -482,7 +490,7 @@ impl Context {
                 "kernel launches on a host-memory (CPU emulation) context".into(),
             ));
         };
-        crate::collective::check_fused_shape(gpu.arch(), &shape)?;
+        crate::launch::check_fused_shape(gpu.arch(), &shape)?;
         // SAFETY: forwarded contract.
         unsafe { kernel.launch(gpu, stream, shape, args) }
     }

@@ -2,7 +2,6 @@
 //! loaded once per (device, architecture) and shared by every handle.
 
 use crate::error::{Error, Result};
-use crate::launch::DeviceLimits;
 use crate::ptx::{self, Arch};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -45,6 +44,23 @@ type Registry = Mutex<HashMap<(usize, Arch), Arc<Gpu>>>;
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
+}
+
+/// The launch limits of a device.
+///
+/// ```no_run
+/// let limits = purlin::Gpu::open(0)?.limits();
+/// assert!(limits.max_threads_per_block >= 1024);
+/// # Ok::<(), purlin::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Most threads in one block.
+    pub max_threads_per_block: u32,
+    /// Most dynamic shared memory one block may opt in to.
+    pub max_smem_per_block: u32,
+    /// Most blocks in the grid's x dimension.
+    pub max_blocks: u32,
 }
 
 /// Kernels fetched from modules, each with the dynamic shared memory it is allowed so far
@@ -156,7 +172,7 @@ impl Gpu {
     /// ```
     pub fn open_for<const ARCH: u32>(ordinal: usize) -> Result<Arc<Gpu>> {
         let arch = const {
-            match crate::launch::arch_from_code(ARCH) {
+            match crate::ptx::arch_from_code(ARCH) {
                 Some(a) => a,
                 None => panic!("ARCH must be 700, 800, 900 or 1000"),
             }
@@ -229,8 +245,8 @@ impl Gpu {
         // waits for the device to go idle there leaves the peers' kernels waiting for this
         // rank until they time out (the cause measured on the H200 was the local-memory growth
         // `reserve_local_memory` prevents; this keeps first fetches out of the launch path too).
-        let (_, smem) = crate::collective::kernel_shape(arch);
-        for name in crate::collective::kernel_names() {
+        let (_, smem) = crate::kernels::kernel_shape(arch);
+        for name in crate::kernels::kernel_names() {
             gpu.function(name, smem)?;
         }
         tracing::debug!(ordinal, %arch, name = %gpu.name, "loaded Purlin kernels");

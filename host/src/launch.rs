@@ -20,9 +20,10 @@
 //! # Ok::<(), purlin::Error>(())
 //! ```
 
-use crate::atom::AtomKind;
 use crate::error::{Error, Result};
+pub use crate::gpu::DeviceLimits;
 use crate::gpu::Gpu;
+pub use crate::ptx::arch_from_code;
 use cudarc::driver::{CudaStream, result};
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -141,20 +142,6 @@ pub struct LaunchShape {
 }
 
 impl LaunchShape {
-    /// `blocks` blocks of an Atom: its threads and its shared-memory needs.
-    ///
-    /// ```
-    /// let s = purlin::launch::LaunchShape::for_atom(purlin::atom::AtomKind::Sm70, 4);
-    /// assert_eq!(s.blocks, 4);
-    /// ```
-    pub const fn for_atom(atom: AtomKind, blocks: u32) -> Self {
-        Self {
-            blocks,
-            threads: atom.threads(),
-            smem_bytes: atom.smem_bytes(),
-        }
-    }
-
     /// The same shape with `bytes` more shared memory per block (e.g. a collective's own
     /// state after the Atom's pipeline).
     ///
@@ -199,23 +186,6 @@ impl LaunchShape {
         }
         Ok(())
     }
-}
-
-/// The launch limits of a device.
-///
-/// ```no_run
-/// let limits = purlin::Gpu::open(0)?.limits();
-/// assert!(limits.max_threads_per_block >= 1024);
-/// # Ok::<(), purlin::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceLimits {
-    /// Most threads in one block.
-    pub max_threads_per_block: u32,
-    /// Most dynamic shared memory one block may opt in to.
-    pub max_smem_per_block: u32,
-    /// Most blocks in the grid's x dimension.
-    pub max_blocks: u32,
 }
 
 /// A PTX entry point and the types of its parameters.
@@ -296,49 +266,78 @@ impl<Args: KernelArgs> Kernel<Args> {
         shape: LaunchShape,
         args: Args,
     ) -> Result<()> {
-        shape.check(&gpu.limits())?;
-        if stream.context().ordinal() != gpu.ordinal() {
-            return Err(Error::WrongDevice {
-                what: "stream",
-                expected: format!("GPU {}", gpu.ordinal()),
-                found: format!("GPU {}", stream.context().ordinal()),
-            });
-        }
-        let f = gpu.function(self.name, shape.smem_bytes)?;
-        let mut pointers = args.pointers();
-        gpu.context().bind_to_thread()?;
-        // SAFETY: `pointers` point into `args`, which outlives the call and matches the
-        // kernel's parameters (the `new` contract); the shape was checked above; the caller
-        // guarantees the kernel's requirements.
+        // SAFETY: forwarded contract.
         unsafe {
-            result::launch_kernel(
-                f.cu_function(),
-                (shape.blocks, 1, 1),
-                (shape.threads, 1, 1),
-                shape.smem_bytes,
-                stream.cu_stream(),
-                &mut pointers,
+            launch_on(
+                gpu,
+                stream,
+                shape,
+                || gpu.function(self.name, shape.smem_bytes),
+                args,
             )
-        }?;
-        Ok(())
+        }
     }
 }
 
-/// The architecture named by the original's `ARCH` template value (700, 800, 900, 1000).
+/// The one launch path of Purlin's kernels and a module's: checks `shape` against `gpu` and
+/// `stream`'s device, then fetches the function (`function`, which also raises its
+/// shared-memory limit) and launches it with `args`.
+///
+/// # Safety
+/// `args` match the function's parameters; whatever the kernel requires of them holds until
+/// it finishes.
+pub(crate) unsafe fn launch_on<Args: KernelArgs>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    shape: LaunchShape,
+    function: impl FnOnce() -> Result<cudarc::driver::CudaFunction>,
+    args: Args,
+) -> Result<()> {
+    shape.check(&gpu.limits())?;
+    if stream.context().ordinal() != gpu.ordinal() {
+        return Err(Error::WrongDevice {
+            what: "stream",
+            expected: format!("GPU {}", gpu.ordinal()),
+            found: format!("GPU {}", stream.context().ordinal()),
+        });
+    }
+    let f = function()?;
+    let mut pointers = args.pointers();
+    gpu.context().bind_to_thread()?;
+    // SAFETY: `pointers` point into `args`, which outlives the call and matches the kernel's
+    // parameters (the caller's contract); the shape was checked above.
+    unsafe {
+        result::launch_kernel(
+            f.cu_function(),
+            (shape.blocks, 1, 1),
+            (shape.threads, 1, 1),
+            shape.smem_bytes,
+            stream.cu_stream(),
+            &mut pointers,
+        )
+    }?;
+    Ok(())
+}
+
+/// Checks the shape of a kernel of yours that calls a collective (what [`Context::launch`](crate::Context::launch)
+/// does before launching): at most [`atom_threads`](crate::collective::atom_threads) threads per block. (Its shared memory is
+/// the kernel's contract: [`kernel_shape`](crate::collective::kernel_shape) gives the collectives' full layout.)
 ///
 /// ```
-/// use purlin::launch::arch_from_code;
+/// use purlin::collective::{atom_threads, check_fused_shape};
+/// use purlin::launch::LaunchShape;
 /// use purlin::ptx::Arch;
-/// assert_eq!(arch_from_code(900), Some(Arch::Sm90));
-/// assert_eq!(arch_from_code(750), None);
+/// let t = atom_threads(Arch::Sm90);
+/// assert!(check_fused_shape(Arch::Sm90, &LaunchShape { blocks: 4, threads: t, smem_bytes: 320 }).is_ok());
+/// assert!(check_fused_shape(Arch::Sm90, &LaunchShape { blocks: 4, threads: 2 * t, smem_bytes: 320 }).is_err());
 /// ```
-pub const fn arch_from_code(code: u32) -> Option<crate::ptx::Arch> {
-    use crate::ptx::Arch;
-    match code {
-        700 => Some(Arch::Sm70),
-        800 => Some(Arch::Sm80),
-        900 => Some(Arch::Sm90),
-        1000 => Some(Arch::Sm100),
-        _ => None,
+pub fn check_fused_shape(arch: crate::ptx::Arch, shape: &LaunchShape) -> Result<()> {
+    let most = crate::kernels::atom_threads(arch);
+    if shape.threads > most {
+        return Err(Error::InvalidLaunch(format!(
+            "{} threads per block: the {arch} Atom is laid out for at most {most}",
+            shape.threads
+        )));
     }
+    Ok(())
 }

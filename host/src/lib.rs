@@ -37,6 +37,7 @@ mod cuda;
 pub mod error;
 pub mod fault;
 pub mod gpu;
+mod kernels;
 pub mod launch;
 pub mod memory;
 pub mod module;

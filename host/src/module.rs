@@ -2,10 +2,10 @@
 //! collectives from device code), loaded on a [`Gpu`] and launched with checked shapes and
 //! typed parameters, like Purlin's own kernels.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::launch::{KernelArgs, LaunchShape};
-use cudarc::driver::{CudaFunction, CudaModule, CudaStream, result};
+use cudarc::driver::{CudaFunction, CudaModule, CudaStream};
 use std::sync::Arc;
 
 /// A module of your PTX on one GPU.
@@ -65,29 +65,16 @@ impl Module {
         args: Args,
     ) -> Result<()> {
         shape.check(&self.gpu.limits())?;
-        crate::collective::check_fused_shape(self.gpu.arch(), &shape)?;
-        if stream.context().ordinal() != self.gpu.ordinal() {
-            return Err(Error::WrongDevice {
-                what: "stream",
-                expected: format!("GPU {}", self.gpu.ordinal()),
-                found: format!("GPU {}", stream.context().ordinal()),
-            });
-        }
-        let f = self.function(name, shape.smem_bytes)?;
-        let mut pointers = args.pointers();
-        self.gpu.context().bind_to_thread()?;
-        // SAFETY: `pointers` point into `args`, alive for the call and matching the kernel's
-        // parameters (caller's contract); the shape was checked.
+        crate::launch::check_fused_shape(self.gpu.arch(), &shape)?;
+        // SAFETY: forwarded contract.
         unsafe {
-            result::launch_kernel(
-                f.cu_function(),
-                (shape.blocks, 1, 1),
-                (shape.threads, 1, 1),
-                shape.smem_bytes,
-                stream.cu_stream(),
-                &mut pointers,
+            crate::launch::launch_on(
+                &self.gpu,
+                stream,
+                shape,
+                || self.function(name, shape.smem_bytes),
+                args,
             )
-        }?;
-        Ok(())
+        }
     }
 }

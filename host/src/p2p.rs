@@ -46,9 +46,6 @@ use purlin_device::context::MAX_RANKS;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The purlin-kernels entry point of [`Window::wait_on_stream`].
-pub(crate) const WINDOW_WAIT_KERNEL: &str = "purlin_window_wait";
-
 /// Alignment of a put's source and destination (one 16-byte vector).
 pub const PUT_ALIGN: u64 = 16;
 
@@ -442,7 +439,7 @@ impl Window {
         // kernel: freeing it (`cuMemFree`, at the window's teardown) waits for the GPU's
         // running work, and the kernel ends within the context's timeout.
         const WAIT: Kernel<(purlin_device::context::Context, u64, u64, u32)> =
-            unsafe { Kernel::new(WINDOW_WAIT_KERNEL) };
+            unsafe { Kernel::new(crate::kernels::WINDOW_WAIT_KERNEL) };
         let shape = LaunchShape {
             blocks: 1,
             threads: 1,

@@ -206,3 +206,21 @@ pub fn exported_u32(ptx: &str, name: &str) -> Option<u32> {
         None
     })
 }
+
+/// The architecture named by the original's `ARCH` template value (700, 800, 900, 1000).
+///
+/// ```
+/// use purlin::launch::arch_from_code;
+/// use purlin::ptx::Arch;
+/// assert_eq!(arch_from_code(900), Some(Arch::Sm90));
+/// assert_eq!(arch_from_code(750), None);
+/// ```
+pub const fn arch_from_code(code: u32) -> Option<Arch> {
+    match code {
+        700 => Some(Arch::Sm70),
+        800 => Some(Arch::Sm80),
+        900 => Some(Arch::Sm90),
+        1000 => Some(Arch::Sm100),
+        _ => None,
+    }
+}

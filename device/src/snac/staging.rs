@@ -185,7 +185,9 @@ struct Slots {
 }
 
 impl<'a, S: Streams> Engine<'a, S> {
-    /// An engine over `streams`; `None` (an invalid-argument fault) if staging is too small.
+    /// An engine over `streams`; if staging cannot hold one 16-byte unit per region, the call
+    /// is refused ([`Refusal::StagingTooSmall`](super::fault::Refusal::StagingTooSmall)
+    /// recorded) and `Err`.
     pub(crate) fn new(
         call: &Call,
         streams: &'a S,
