@@ -1,0 +1,287 @@
+//! The collectives on raw device ranges (`Span`s): the size, buffer and aliasing checks every
+//! call passes before anything is launched. `unsafe`: the ranges must stay valid until the
+//! call has run.
+
+use super::*;
+
+/// Checks and launches a collective of fixed-size parts: `src` holds `parts.0` parts and `dst`
+/// `parts.1` parts of `count` elements.
+///
+/// # Safety
+/// As [`all_reduce_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn fixed(
+    ctx: &Context,
+    kind: CollectiveKind,
+    dtype: DataType,
+    op: Option<ReduceOpKind>,
+    dst: Span,
+    src: Span,
+    count: u64,
+    parts: (u32, u32),
+    options: &Options,
+) -> Result<()> {
+    let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
+    let src_bytes = validate::parts_to_bytes("src", bytes, parts.0)?;
+    let dst_bytes = validate::parts_to_bytes("dst", bytes, parts.1)?;
+    validate::check_buffer("src", src, src_bytes, 16)?;
+    validate::check_buffer("dst", dst, dst_bytes, 16)?;
+    let part_r = bytes.saturating_mul(ctx.rank() as u64);
+    let rule = match kind {
+        CollectiveKind::AllReduce => validate::Aliasing::SameOrDisjoint,
+        CollectiveKind::AllGather => validate::Aliasing::InputIsPartOfOutput { offset: part_r },
+        CollectiveKind::ReduceScatter => validate::Aliasing::OutputIsPartOfInput { offset: part_r },
+        _ => validate::Aliasing::Disjoint,
+    };
+    validate::check_aliasing(src, src_bytes, dst, dst_bytes, rule)?;
+    let call = Call {
+        kind,
+        dtype,
+        args: args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX),
+        op,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, bytes) }
+}
+
+fn args(dst: Span, src: Span, bytes: u64) -> SnacArgs {
+    SnacArgs::new(dst.addr as *mut u8, src.addr as *const u8, bytes, 1)
+}
+
+/// `dst = src₀ ⊕ … ⊕ src_{world-1}` over `count` elements of `dtype` on every rank (raw device
+/// addresses; `src == dst` is allowed).
+///
+/// # Safety
+/// `src` and `dst` are device memory of the context's GPU, valid for their spans until the
+/// collective has run on the context's stream.
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
+/// use purlin::collective::{all_reduce_raw, Options};
+/// // SAFETY: both spans are live device buffers of the context's GPU.
+/// unsafe { all_reduce_raw(ctx, purlin::DataType::Bf16, purlin::ReduceOpKind::Sum, dst, src, 4096, &Options::default())? };
+/// # Ok(()) }
+/// ```
+pub unsafe fn all_reduce_raw(
+    ctx: &Context,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::AllReduce,
+            dtype,
+            Some(op),
+            dst,
+            src,
+            count,
+            (1, 1),
+            options,
+        )
+    }
+}
+
+/// Rank `r`'s `count` elements (`src`) land at `dst[r × count ..]` on every rank.
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `dst` holds `world × count` elements.
+pub unsafe fn all_gather_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::AllGather,
+            dtype,
+            None,
+            dst,
+            src,
+            count,
+            (1, ctx.world()),
+            options,
+        )
+    }
+}
+
+/// Rank `r` receives the reduction over ranks of part `r` (`count` elements) of every `src`
+/// (`world × count` elements).
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `src` holds `world × count` elements, `dst` `count`.
+pub unsafe fn reduce_scatter_raw(
+    ctx: &Context,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::ReduceScatter,
+            dtype,
+            Some(op),
+            dst,
+            src,
+            count,
+            (ctx.world(), 1),
+            options,
+        )
+    }
+}
+
+/// Part `p` (`count` elements) of rank `r`'s `src` lands in part `r` of rank `p`'s `dst`.
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
+pub unsafe fn all_to_all_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    count: u64,
+    options: &Options,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        fixed(
+            ctx,
+            CollectiveKind::AllToAll,
+            dtype,
+            None,
+            dst,
+            src,
+            count,
+            (ctx.world(), ctx.world()),
+            options,
+        )
+    }
+}
+
+/// The V collectives' counts: element counts in device memory (`u64` each), read by the kernel
+/// when it runs, so a captured graph replays with whatever they hold then. `max_count` bounds
+/// every count (it picks the tuning band); the buffers must hold what the counts describe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Device address of the counts (`world` of them; `2 × world` for AllToAllV).
+    pub addr: u64,
+    /// The largest count any entry may hold.
+    pub max_count: u64,
+}
+
+fn v_call(
+    kind: CollectiveKind,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    op: Option<ReduceOpKind>,
+) -> Result<(Call, u64)> {
+    validate::check_pointer("counts", counts.addr, 8)?;
+    let max_bytes = validate::elements_to_bytes("max_count", counts.max_count, dtype.size())?;
+    // The counts live on the device, which checks them against `max_count` and against both
+    // buffers' capacities (passed below) before anything moves; here every buffer must be a
+    // live, aligned address, whatever the counts.
+    validate::check_pointer("src", src.addr, 16)?;
+    validate::check_pointer("dst", dst.addr, 16)?;
+    let rule = match kind {
+        CollectiveKind::AllGatherV => validate::Aliasing::Inside {
+            input_in_output: true,
+        },
+        CollectiveKind::ReduceScatterV => validate::Aliasing::Inside {
+            input_in_output: false,
+        },
+        _ => validate::Aliasing::Disjoint,
+    };
+    validate::check_aliasing(src, src.bytes, dst, dst.bytes, rule)?;
+    let mut a = args(dst, src, 0).bounded(src.bytes, dst.bytes, counts.max_count);
+    a.counts = counts.addr as *const u64;
+    a.elem_bytes = dtype.size() as u32;
+    Ok((
+        Call {
+            kind,
+            dtype,
+            args: a,
+            op,
+        },
+        max_bytes,
+    ))
+}
+
+/// AllGatherV: rank `p` contributes `counts[p]` elements; every `dst` holds all contributions in
+/// rank order.
+///
+/// # Safety
+/// As [`all_reduce_raw`]; `counts` holds `world` counts (the same on every rank) and the
+/// buffers hold what they describe, while the call runs.
+pub unsafe fn all_gather_v_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    options: &Options,
+) -> Result<()> {
+    let (call, max_bytes) = v_call(CollectiveKind::AllGatherV, dtype, dst, src, counts, None)?;
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, max_bytes) }
+}
+
+/// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of every
+/// `src`, whose parts lie in rank order.
+///
+/// # Safety
+/// As [`all_gather_v_raw`].
+pub unsafe fn reduce_scatter_v_raw(
+    ctx: &Context,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    options: &Options,
+) -> Result<()> {
+    let (call, max_bytes) = v_call(
+        CollectiveKind::ReduceScatterV,
+        dtype,
+        dst,
+        src,
+        counts,
+        Some(op),
+    )?;
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, max_bytes) }
+}
+
+/// AllToAllV: `counts` holds `2 × world` counts: the elements this rank sends to each rank,
+/// then the elements it receives from each rank.
+///
+/// # Safety
+/// As [`all_gather_v_raw`], with `2 × world` counts.
+pub unsafe fn all_to_all_v_raw(
+    ctx: &Context,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    counts: Counts,
+    options: &Options,
+) -> Result<()> {
+    let (call, max_bytes) = v_call(CollectiveKind::AllToAllV, dtype, dst, src, counts, None)?;
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, max_bytes) }
+}
