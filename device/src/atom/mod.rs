@@ -38,6 +38,57 @@ use crate::coop::Coop;
 use crate::element::Element;
 use crate::op::ReduceOp;
 
+/// Implements [`Atom`] for an architecture's type: its name, block size and shared memory,
+/// and the datapath functions its `copy` and `reduce` forward to (the bodies name the
+/// parameters they use and the element and operator types `T` and `O`).
+macro_rules! atom {
+    (
+        $(#[$meta:meta])*
+        $atom:ty {
+            name: $name:literal,
+            $(#[$threads_meta:meta])*
+            threads: $threads:expr,
+            smem: $smem:expr,
+            copy($coop:ident, $dst:ident, $src:ident, $bytes:ident, $csmem:ident) => $copy:expr,
+            reduce<$t:ident, $o:ident>(
+                $rcoop:ident, $rdst:ident, $srcs:ident, $count:ident, $rsmem:ident
+            ) => $reduce:expr $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        impl $crate::atom::Atom for $atom {
+            const NAME: &'static str = $name;
+            $(#[$threads_meta])*
+            const THREADS: u32 = $threads;
+            const SMEM_BYTES: u32 = $smem;
+
+            #[inline(always)]
+            unsafe fn copy(
+                $coop: $crate::coop::Coop,
+                $dst: *mut u8,
+                $src: *const u8,
+                $bytes: usize,
+                $csmem: *mut u8,
+            ) {
+                // SAFETY: forwarded contract.
+                unsafe { $copy }
+            }
+
+            #[inline(always)]
+            unsafe fn reduce<$t: $crate::element::Element, $o: $crate::op::ReduceOp>(
+                $rcoop: $crate::coop::Coop,
+                $rdst: *mut $t,
+                $srcs: &[*const $t],
+                $count: usize,
+                $rsmem: *mut u8,
+            ) {
+                // SAFETY: forwarded contract.
+                unsafe { $reduce }
+            }
+        }
+    };
+}
+
 mod register;
 pub use register::Host;
 

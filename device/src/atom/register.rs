@@ -6,7 +6,7 @@
 // the point, not a mistake.
 #![allow(clippy::erasing_op, clippy::identity_op)]
 
-use super::{Atom, copy_bytes, reduce_scalar};
+use super::{copy_bytes, reduce_scalar};
 use crate::arch;
 use crate::coop::Coop;
 use crate::element::Element;
@@ -204,28 +204,14 @@ pub(crate) fn combine_into<T: Element, O: ReduceOp>(acc: &mut T::Lanes, raw: u12
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Host;
 
-impl Atom for Host {
-    const NAME: &'static str = "host";
-    /// The register datapath needs no shared memory, so any block size works: as many as the
-    /// CPU emulation runs (`emulation::MAX_THREADS`).
-    const THREADS: u32 = 64;
-    const SMEM_BYTES: u32 = 0;
-
-    #[inline(always)]
-    unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, _smem: *mut u8) {
-        // SAFETY: forwarded contract.
-        unsafe { copy(coop, dst, src, bytes) }
-    }
-
-    #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(
-        coop: Coop,
-        dst: *mut T,
-        srcs: &[*const T],
-        count: usize,
-        _smem: *mut u8,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { reduce::<T, O>(coop, dst, srcs, count) }
+atom! {
+    Host {
+        name: "host",
+        /// The register datapath needs no shared memory, so any block size works: as many as
+        /// the CPU emulation runs (`emulation::MAX_THREADS`).
+        threads: 64,
+        smem: 0,
+        copy(coop, dst, src, bytes, _smem) => copy(coop, dst, src, bytes),
+        reduce<T, O>(coop, dst, srcs, count, _smem) => reduce::<T, O>(coop, dst, srcs, count),
     }
 }

@@ -8,7 +8,7 @@
 #![allow(clippy::erasing_op, clippy::identity_op)]
 
 use super::register::combine_into;
-use super::{Atom, copy_bytes, reduce_scalar};
+use super::{copy_bytes, reduce_scalar};
 use crate::arch;
 use crate::coop::Coop;
 use crate::element::Element;
@@ -239,26 +239,14 @@ fn advance(group: &mut usize, source: &mut usize, n: usize) {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sm80;
 
-impl Atom for Sm80 {
-    const NAME: &'static str = "sm80";
-    const THREADS: u32 = 256;
-    const SMEM_BYTES: u32 = ring_bytes(Self::THREADS);
-
-    #[inline(always)]
-    unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
-        // SAFETY: forwarded contract.
-        unsafe { ring_copy(coop, dst, src, bytes, smem) }
-    }
-
-    #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(
-        coop: Coop,
-        dst: *mut T,
-        srcs: &[*const T],
-        count: usize,
-        smem: *mut u8,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { ring_reduce::<T, O>(coop, dst, srcs, count, smem) }
+atom! {
+    Sm80 {
+        name: "sm80",
+        threads: 256,
+        smem: ring_bytes(Self::THREADS),
+        copy(coop, dst, src, bytes, smem) => ring_copy(coop, dst, src, bytes, smem),
+        reduce<T, O>(coop, dst, srcs, count, smem) => {
+            ring_reduce::<T, O>(coop, dst, srcs, count, smem)
+        },
     }
 }

@@ -2,12 +2,10 @@
 //! completing on an `mbarrier`, then shared → global), driven by one thread while the others
 //! handle the tail; everything else uses Sm80's `cp.async` ring.
 
+use super::copy_bytes;
 use super::sm80::{ring_bytes, ring_copy, ring_reduce};
-use super::{Atom, copy_bytes};
 use crate::arch;
 use crate::coop::Coop;
-use crate::element::Element;
-use crate::op::ReduceOp;
 
 /// Bytes per bulk copy.
 const CHUNK: usize = 16 * 1024;
@@ -155,30 +153,18 @@ pub(crate) unsafe fn hopper_copy(
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sm90;
 
-impl Atom for Sm90 {
-    const NAME: &'static str = "sm90";
-    const THREADS: u32 = 256;
-    const SMEM_BYTES: u32 = {
-        let ring = ring_bytes(Self::THREADS);
-        let bulk = (BARRIERS_AT + BULK_STAGES * 8) as u32;
-        if ring > bulk { ring } else { bulk }
-    };
-
-    #[inline(always)]
-    unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8) {
-        // SAFETY: forwarded contract.
-        unsafe { hopper_copy(coop, dst, src, bytes, smem) }
-    }
-
-    #[inline(always)]
-    unsafe fn reduce<T: Element, O: ReduceOp>(
-        coop: Coop,
-        dst: *mut T,
-        srcs: &[*const T],
-        count: usize,
-        smem: *mut u8,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { ring_reduce::<T, O>(coop, dst, srcs, count, smem) }
+atom! {
+    Sm90 {
+        name: "sm90",
+        threads: 256,
+        smem: {
+            let ring = ring_bytes(Self::THREADS);
+            let bulk = (BARRIERS_AT + BULK_STAGES * 8) as u32;
+            if ring > bulk { ring } else { bulk }
+        },
+        copy(coop, dst, src, bytes, smem) => hopper_copy(coop, dst, src, bytes, smem),
+        reduce<T, O>(coop, dst, srcs, count, smem) => {
+            ring_reduce::<T, O>(coop, dst, srcs, count, smem)
+        },
     }
 }
