@@ -66,6 +66,7 @@ print("%016x" % h)' "$f" >"$bundle/cubin/$stem.fingerprint"
 done
 wait
 cp "$root/scripts/gpu-run.sh" "$bundle/run.sh"
+cp "$root/benches/torch_baseline.py" "$root/scripts/probe-blocking.py" "$bundle/"
 git rev-parse --short HEAD >"$bundle/COMMIT" 2>/dev/null || echo unknown >"$bundle/COMMIT"
 git diff --quiet 2>/dev/null || echo "(with uncommitted changes)" >>"$bundle/COMMIT"
 du -sh "$bundle" | awk '{print "gpu-bundle: " $1}'

@@ -7,7 +7,8 @@
 # 2, 4 and 8 and one graph per rank at world 8, each beside the empty-kernel floor (CSVs packed in
 # $OUT/results.tgz); --classic: the original's testAR..testA2AV binaries on the virtual node. --tune: purlin-tune, writing the table (and
 # the benchmarks after it use it); --bench: the Atom benchmark and every collective's
-# benchmark (8 ranks on the virtual node, a --check pass, AllReduce/AllGather plots). Every test runs on its own with its own time
+# benchmark (8 ranks on the virtual node, a --check pass, AllReduce/AllGather plots) and the
+# torch baseline (benches/torch_baseline.py, when python3 has torch). Every test runs on its own with its own time
 # bound, so a hang costs one test, not the suite; PURLIN_GPU_DEADLINE (seconds, default 560)
 # stops starting new work in time to pack the logs. Logs under $OUT (or ./logs); a summary last.
 set -uo pipefail
@@ -132,6 +133,13 @@ if [ $bench = 1 ]; then
       bounded 60 "$here/bin/purlin-bench" ar 1M 256M 8 10 2 --ranks 8 --deterministic >"$logs/bench_ar_deterministic.txt" 2>&1 || status=1
     fi
   done
+  # The same data movement by plain torch ops in this process, in this session: the baseline
+  # beside every figure above (benches/torch_baseline.py).
+  if [ -f "$here/torch_baseline.py" ] && python3 -c 'import torch' 2>/dev/null; then
+    bounded 120 python3 "$here/torch_baseline.py" --ranks 8 --sizes 64M,256M --dtype bf16 \
+      --csv "$logs/torch_baseline.csv" 2>"$logs/torch_baseline.err" || status=1
+    say "torch baseline: $(tail -1 "$logs/torch_baseline.err")"
+  fi
 fi
 if [ $latency = 1 ]; then
   mkdir -p "$logs/results"
