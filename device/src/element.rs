@@ -16,26 +16,25 @@
 use crate::arch;
 use half::{bf16, f16};
 
-/// The element types Purlin reduces, as a run-time value (kernel argument, CLI flag, table key).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u32)]
-pub enum DataType {
-    /// IEEE binary32.
-    F32 = 0,
-    /// IEEE binary16.
-    F16 = 1,
-    /// bfloat16.
-    Bf16 = 2,
-    /// OCP FP8 E4M3 (no infinities, saturating).
-    E4m3 = 3,
-    /// OCP FP8 E5M2 (saturating).
-    E5m2 = 4,
+wire_enum! {
+    /// The element types Purlin reduces, as a run-time value (kernel argument, CLI flag, table
+    /// key).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum DataType {
+        /// IEEE binary32.
+        F32 = 0,
+        /// IEEE binary16.
+        F16 = 1,
+        /// bfloat16.
+        Bf16 = 2,
+        /// OCP FP8 E4M3 (no infinities, saturating).
+        E4m3 = 3,
+        /// OCP FP8 E5M2 (saturating).
+        E5m2 = 4,
+    }
 }
 
 impl DataType {
-    /// Every data type, in declaration order.
-    pub const ALL: [DataType; 5] = [Self::F32, Self::F16, Self::Bf16, Self::E4m3, Self::E5m2];
-
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
@@ -53,18 +52,6 @@ impl DataType {
             Self::Bf16 => "bfloat16",
             Self::E4m3 => "f8e4m3",
             Self::E5m2 => "f8e5m2",
-        }
-    }
-
-    /// The data type with this `repr(u32)` value, if any.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            0 => Some(Self::F32),
-            1 => Some(Self::F16),
-            2 => Some(Self::Bf16),
-            3 => Some(Self::E4m3),
-            4 => Some(Self::E5m2),
-            _ => None,
         }
     }
 }

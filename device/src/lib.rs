@@ -30,6 +30,37 @@
 #[cfg(not(target_arch = "nvptx64"))]
 extern crate std;
 
+/// Declares a `#[repr(u32)]` enum that crosses the host-device boundary as its `u32` value
+/// (kernel arguments, fault records, table keys), with `ALL` (every variant, in declaration
+/// order) and `from_u32` (the variant with a value, if any).
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $value:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(u32)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant = $value, )+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: [Self; [$($value),+].len()] = [$(Self::$variant),+];
+
+            /// The variant with this `repr(u32)` value, if any.
+            pub const fn from_u32(v: u32) -> Option<Self> {
+                match v {
+                    $( $value => Some(Self::$variant), )+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
 pub mod arch;
 pub mod atom;
 pub mod collective;

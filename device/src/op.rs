@@ -8,24 +8,22 @@
 //! assert_eq!(Sum::KIND, ReduceOpKind::Sum);
 //! ```
 
-/// A reduce operator as a run-time value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u32)]
-pub enum ReduceOpKind {
-    /// a + b
-    Sum = 0,
-    /// max(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
-    Max = 1,
-    /// min(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
-    Min = 2,
-    /// a × b
-    Prod = 3,
+wire_enum! {
+    /// A reduce operator as a run-time value.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum ReduceOpKind {
+        /// a + b
+        Sum = 0,
+        /// max(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
+        Max = 1,
+        /// min(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
+        Min = 2,
+        /// a × b
+        Prod = 3,
+    }
 }
 
 impl ReduceOpKind {
-    /// Every operator, in declaration order.
-    pub const ALL: [ReduceOpKind; 4] = [Self::Sum, Self::Max, Self::Min, Self::Prod];
-
     /// The name nccl-tests prints.
     pub const fn name(self) -> &'static str {
         match self {
@@ -33,17 +31,6 @@ impl ReduceOpKind {
             Self::Max => "max",
             Self::Min => "min",
             Self::Prod => "prod",
-        }
-    }
-
-    /// The operator with this `repr(u32)` value, if any.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            0 => Some(Self::Sum),
-            1 => Some(Self::Max),
-            2 => Some(Self::Min),
-            3 => Some(Self::Prod),
-            _ => None,
         }
     }
 }

@@ -3,52 +3,28 @@
 
 use core::fmt;
 
-/// Which collective a fault happened in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum CollectiveKind {
-    /// AllReduce.
-    AllReduce = 1,
-    /// AllGather.
-    AllGather = 2,
-    /// ReduceScatter.
-    ReduceScatter = 3,
-    /// AllToAll.
-    AllToAll = 4,
-    /// AllGatherV.
-    AllGatherV = 5,
-    /// ReduceScatterV.
-    ReduceScatterV = 6,
-    /// AllToAllV.
-    AllToAllV = 7,
+wire_enum! {
+    /// Which collective a fault happened in.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum CollectiveKind {
+        /// AllReduce.
+        AllReduce = 1,
+        /// AllGather.
+        AllGather = 2,
+        /// ReduceScatter.
+        ReduceScatter = 3,
+        /// AllToAll.
+        AllToAll = 4,
+        /// AllGatherV.
+        AllGatherV = 5,
+        /// ReduceScatterV.
+        ReduceScatterV = 6,
+        /// AllToAllV.
+        AllToAllV = 7,
+    }
 }
 
 impl CollectiveKind {
-    /// Every collective.
-    pub const ALL: [CollectiveKind; 7] = [
-        Self::AllReduce,
-        Self::AllGather,
-        Self::ReduceScatter,
-        Self::AllToAll,
-        Self::AllGatherV,
-        Self::ReduceScatterV,
-        Self::AllToAllV,
-    ];
-
-    /// The collective with this `repr(u32)` value, if any.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::AllReduce),
-            2 => Some(Self::AllGather),
-            3 => Some(Self::ReduceScatter),
-            4 => Some(Self::AllToAll),
-            5 => Some(Self::AllGatherV),
-            6 => Some(Self::ReduceScatterV),
-            7 => Some(Self::AllToAllV),
-            _ => None,
-        }
-    }
-
     /// The name nccl-tests and the original print (`all_reduce`, ...).
     pub const fn name(self) -> &'static str {
         match self {
@@ -79,41 +55,28 @@ impl CollectiveKind {
     }
 }
 
-/// What a block was waiting for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum SignalKind {
-    /// A peer's staged chunk (`signals[me][Data][peer]`).
-    Data = 0,
-    /// A peer's reduced shard (the AllReduce gather tail).
-    Gather = 1,
-    /// A peer having drained a staging slot this rank wants to reuse (cyclic staging).
-    Consumed = 2,
-    /// A peer's arrival (posted once per call; only used to diagnose).
-    Arrival = 3,
-    /// A latency packet from a peer.
-    Packet = 4,
-    /// A peer's extent packet (the size agreement of AllToAllV).
-    Extent = 5,
-    /// Nothing: the arguments could not be run.
-    None = 6,
+wire_enum! {
+    /// What a block was waiting for.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum SignalKind {
+        /// A peer's staged chunk (`signals[me][Data][peer]`).
+        Data = 0,
+        /// A peer's reduced shard (the AllReduce gather tail).
+        Gather = 1,
+        /// A peer having drained a staging slot this rank wants to reuse (cyclic staging).
+        Consumed = 2,
+        /// A peer's arrival (posted once per call; only used to diagnose).
+        Arrival = 3,
+        /// A latency packet from a peer.
+        Packet = 4,
+        /// A peer's extent packet (the size agreement of AllToAllV).
+        Extent = 5,
+        /// Nothing: the arguments could not be run.
+        None = 6,
+    }
 }
 
 impl SignalKind {
-    /// The kind with this `repr(u32)` value, if any.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            0 => Some(Self::Data),
-            1 => Some(Self::Gather),
-            2 => Some(Self::Consumed),
-            3 => Some(Self::Arrival),
-            4 => Some(Self::Packet),
-            5 => Some(Self::Extent),
-            6 => Some(Self::None),
-            _ => None,
-        }
-    }
-
     /// A short description.
     pub const fn describe(self) -> &'static str {
         match self {
@@ -128,32 +91,20 @@ impl SignalKind {
     }
 }
 
-/// Why a block left a collective early.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum FaultKind {
-    /// A wait ran past `Context::timeout_ns`.
-    Timeout = 1,
-    /// The arguments cannot be run (see [`Refusal`] for why): the rank refused the call before
-    /// touching any buffer.
-    InvalidArgument = 2,
-    /// A peer's call differs from this rank's in something every rank must agree on (see
-    /// [`DigestField`]).
-    DigestMismatch = 3,
-    /// A peer faulted first; its abort record ended this rank's waits.
-    PeerFaulted = 4,
-}
-
-impl FaultKind {
-    /// The kind with this `repr(u32)` value, if any.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Self::Timeout),
-            2 => Some(Self::InvalidArgument),
-            3 => Some(Self::DigestMismatch),
-            4 => Some(Self::PeerFaulted),
-            _ => None,
-        }
+wire_enum! {
+    /// Why a block left a collective early.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum FaultKind {
+        /// A wait ran past `Context::timeout_ns`.
+        Timeout = 1,
+        /// The arguments cannot be run (see [`Refusal`] for why): the rank refused the call before
+        /// touching any buffer.
+        InvalidArgument = 2,
+        /// A peer's call differs from this rank's in something every rank must agree on (see
+        /// [`DigestField`]).
+        DigestMismatch = 3,
+        /// A peer faulted first; its abort record ended this rank's waits.
+        PeerFaulted = 4,
     }
 }
 
