@@ -81,30 +81,26 @@ impl Kernels {
         module: impl FnOnce() -> Result<&'m Arc<CudaModule>>,
     ) -> Result<CudaFunction> {
         let mut kernels = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let (f, allowed) = match kernels.get(name) {
-            Some((f, allowed)) => (f.clone(), *allowed),
-            None => {
-                let f = module()?.load_function(name).map_err(|e| match e.0 {
-                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
-                        name: name.to_owned(),
-                        arch,
-                    },
-                    _ => Error::Driver(e),
-                })?;
-                (f, 48 * 1024)
-            }
-        };
-        let allowed = if smem_bytes > allowed {
+        if !kernels.contains_key(name) {
+            let f = module()?.load_function(name).map_err(|e| match e.0 {
+                cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
+                    name: name.to_owned(),
+                    arch,
+                },
+                _ => Error::Driver(e),
+            })?;
+            kernels.insert(name.to_owned(), (f, 48 * 1024));
+        }
+        // Every launch passes here: a cached kernel whose limit suffices costs one lookup.
+        let (f, allowed) = kernels.get_mut(name).expect("inserted above");
+        if smem_bytes > *allowed {
             f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem_bytes as i32,
             )?;
-            smem_bytes
-        } else {
-            allowed
-        };
-        kernels.insert(name.to_owned(), (f.clone(), allowed));
-        Ok(f)
+            *allowed = smem_bytes;
+        }
+        Ok(f.clone())
     }
 }
 

@@ -319,9 +319,11 @@ pub(crate) unsafe fn launch_on<Args: KernelArgs>(
     Ok(())
 }
 
-/// Checks the shape of a kernel of yours that calls a collective (what [`Context::launch`](crate::Context::launch)
-/// does before launching): at most [`atom_threads`](crate::collective::atom_threads) threads per block. (Its shared memory is
-/// the kernel's contract: [`kernel_shape`](crate::collective::kernel_shape) gives the collectives' full layout.)
+/// Checks the shape of a kernel of yours that calls a collective (what
+/// [`Context::launch`](crate::Context::launch) does before launching): at most
+/// [`atom_threads`](crate::collective::atom_threads) threads per block. (Its shared memory is
+/// the kernel's contract: [`kernel_shape`](crate::collective::kernel_shape) gives the
+/// collectives' full layout.)
 ///
 /// ```
 /// use purlin::collective::{atom_threads, check_fused_shape};
