@@ -124,6 +124,47 @@ impl<'a> Call<'a> {
             .with_live(self.stream, |live| f(live).map_err(BindingError::from))?;
         Ok(())
     }
+
+    /// Queues a collective of fixed parts, `launch(ctx, dst, src, count)`, unless `count` (the
+    /// raw call's count) is zero: then only the stream is checked.
+    fn launch_fixed(
+        &self,
+        count: u64,
+        launch: impl FnOnce(&Context, Span, Span, u64) -> purlin::Result<()>,
+    ) -> PyResult<()> {
+        if count == 0 {
+            return self.run(|_| Ok(()));
+        }
+        self.run(|live| launch(&live.ctx, self.dst.span(), self.src.span(), count))
+    }
+
+    /// Queues a V collective, `launch(ctx, dst, src, counts)`, with `counts` staged on the
+    /// stream (see [`launch_v`]) and empty tensors standing in as zero-byte spans.
+    fn launch_v(
+        &self,
+        counts: &[u64],
+        max_count: u64,
+        launch: impl FnOnce(&Context, Span, Span, Counts) -> purlin::Result<()>,
+    ) -> PyResult<()> {
+        self.run(|live| {
+            let stand_in = live.counts_stand_in();
+            let (dst, src) = (v_span(&self.dst, stand_in), v_span(&self.src, stand_in));
+            launch_v(live, counts, max_count, |ctx, c| launch(ctx, dst, src, c))
+        })
+    }
+
+    /// The V collective's byte list (`per_rank × world` entries, each a whole number of
+    /// elements), read from the Python argument `name`.
+    fn byte_list(
+        &self,
+        list: &Bound<'_, PyAny>,
+        name: &str,
+        per_rank: usize,
+        what: &str,
+    ) -> Result<Vec<u64>> {
+        let entries = per_rank * self.world() as usize;
+        tensor::byte_counts(list, name, entries, self.src.element_size, what)
+    }
 }
 
 /// A span for a V collective's buffer: the tensor's, or — for an empty tensor, whose data
@@ -196,25 +237,12 @@ pub fn all_reduce(
         call.src.numel,
         "all_reduce writes as many elements as it reads",
     )?;
-    if call.src.numel == 0 {
-        return call.run(|_| Ok(()));
-    }
-    call.run(|live| {
-        // SAFETY: both spans are the data of live CUDA tensors of the context's device
-        // (checked), each `numel × element_size` bytes; torch keeps them allocated while the
-        // caller holds them, and work queued on the stream is ordered before their reuse as
-        // for any kernel on that stream.
-        unsafe {
-            all_reduce_raw(
-                &live.ctx,
-                dtype,
-                op,
-                call.dst.span(),
-                call.src.span(),
-                call.src.numel,
-                &options(mode),
-            )
-        }
+    // SAFETY: both spans are the data of live CUDA tensors of the context's device (checked),
+    // each `numel × element_size` bytes; torch keeps them allocated while the caller holds
+    // them, and work queued on the stream is ordered before their reuse as for any kernel on
+    // that stream.
+    call.launch_fixed(call.src.numel, |ctx, dst, src, n| unsafe {
+        all_reduce_raw(ctx, dtype, op, dst, src, n, &options(mode))
     })
 }
 
@@ -233,21 +261,9 @@ pub fn all_gather(
         call.src.numel * call.world(),
         "all_gather writes world × in_tensor.numel() elements",
     )?;
-    if call.src.numel == 0 {
-        return call.run(|_| Ok(()));
-    }
-    call.run(|live| {
-        // SAFETY: as in `all_reduce`; `dst` holds `world × bytes` (checked).
-        unsafe {
-            all_gather_raw(
-                &live.ctx,
-                BYTES,
-                call.dst.span(),
-                call.src.span(),
-                call.src.bytes(),
-                &Options::default(),
-            )
-        }
+    // SAFETY: as in `all_reduce`; `dst` holds `world × bytes` (checked).
+    call.launch_fixed(call.src.bytes(), |ctx, dst, src, n| unsafe {
+        all_gather_raw(ctx, BYTES, dst, src, n, &Options::default())
     })
 }
 
@@ -272,22 +288,9 @@ pub fn reduce_scatter(
         count,
         "reduce_scatter writes in_tensor.numel() / world elements",
     )?;
-    if count == 0 {
-        return call.run(|_| Ok(()));
-    }
-    call.run(|live| {
-        // SAFETY: as in `all_reduce`; `src` holds `world × count` elements (checked).
-        unsafe {
-            reduce_scatter_raw(
-                &live.ctx,
-                dtype,
-                op,
-                call.dst.span(),
-                call.src.span(),
-                count,
-                &options(mode),
-            )
-        }
+    // SAFETY: as in `all_reduce`; `src` holds `world × count` elements (checked).
+    call.launch_fixed(count, |ctx, dst, src, n| unsafe {
+        reduce_scatter_raw(ctx, dtype, op, dst, src, n, &options(mode))
     })
 }
 
@@ -307,22 +310,9 @@ pub fn all_to_all(
         call.src.numel,
         "all_to_all writes as many elements as it reads",
     )?;
-    let part = call.src.bytes() / call.world();
-    if part == 0 {
-        return call.run(|_| Ok(()));
-    }
-    call.run(|live| {
-        // SAFETY: as in `all_reduce`; both hold `world × part` bytes (checked).
-        unsafe {
-            all_to_all_raw(
-                &live.ctx,
-                BYTES,
-                call.dst.span(),
-                call.src.span(),
-                part,
-                &Options::default(),
-            )
-        }
+    // SAFETY: as in `all_reduce`; both hold `world × part` bytes (checked).
+    call.launch_fixed(call.src.bytes() / call.world(), |ctx, dst, src, n| unsafe {
+        all_to_all_raw(ctx, BYTES, dst, src, n, &Options::default())
     })
 }
 
@@ -351,14 +341,7 @@ pub fn all_gather_v(
     stream_ptr: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let call = Call::new(handle, in_tensor, out_tensor, stream_ptr)?;
-    let world = call.world() as usize;
-    let sizes = tensor::byte_counts(
-        bytes_list,
-        "bytes_list",
-        world,
-        call.src.element_size,
-        "one size in bytes per rank",
-    )?;
+    let sizes = call.byte_list(bytes_list, "bytes_list", 1, "one size in bytes per rank")?;
     at_least(
         &call.src,
         sizes[call.rank()],
@@ -369,17 +352,13 @@ pub fn all_gather_v(
         sizes.iter().sum(),
         "all_gather_v writes sum(bytes_list) bytes",
     )?;
-    call.run(|live| {
-        let stand_in = live.counts_stand_in();
-        let (dst, src) = (v_span(&call.dst, stand_in), v_span(&call.src, stand_in));
-        // Every rank passes the same list, so its largest entry agrees across ranks.
-        let max_count = sizes.iter().copied().max().unwrap_or(0);
-        launch_v(live, &sizes, max_count, |ctx, counts| {
-            // SAFETY: the spans are live tensor data of the context's device (or a stand-in of
-            // zero bytes), at least as long as the counts describe (checked above); the counts
-            // are device memory of the arena, staged on this stream before the kernel.
-            unsafe { all_gather_v_raw(ctx, BYTES, dst, src, counts, &Options::default()) }
-        })
+    // Every rank passes the same list, so its largest entry agrees across ranks.
+    let max_count = sizes.iter().copied().max().unwrap_or(0);
+    // SAFETY: the spans are live tensor data of the context's device (or a stand-in of zero
+    // bytes), at least as long as the counts describe (checked above); the counts are device
+    // memory of the arena, staged on this stream before the kernel.
+    call.launch_v(&sizes, max_count, |ctx, dst, src, counts| unsafe {
+        all_gather_v_raw(ctx, BYTES, dst, src, counts, &Options::default())
     })
 }
 
@@ -401,14 +380,7 @@ pub fn reduce_scatter_v(
     let (mode, op) = (mode_of(reduction_mode)?, op_of(op)?);
     let call = Call::new(handle, in_tensor, out_tensor, stream_ptr)?;
     let dtype = call.src.reducible("reduce_scatter_v")?;
-    let world = call.world() as usize;
-    let sizes = tensor::byte_counts(
-        bytes_list,
-        "bytes_list",
-        world,
-        call.src.element_size,
-        "one size in bytes per rank",
-    )?;
+    let sizes = call.byte_list(bytes_list, "bytes_list", 1, "one size in bytes per rank")?;
     at_least(
         &call.src,
         sizes.iter().sum(),
@@ -420,14 +392,10 @@ pub fn reduce_scatter_v(
         "bytes_list[rank] bytes are received",
     )?;
     let counts: Vec<u64> = sizes.iter().map(|b| b / call.src.element_size).collect();
-    call.run(|live| {
-        let stand_in = live.counts_stand_in();
-        let (dst, src) = (v_span(&call.dst, stand_in), v_span(&call.src, stand_in));
-        let max_count = counts.iter().copied().max().unwrap_or(0);
-        launch_v(live, &counts, max_count, |ctx, c| {
-            // SAFETY: as in `all_gather_v`.
-            unsafe { reduce_scatter_v_raw(ctx, dtype, op, dst, src, c, &options(mode)) }
-        })
+    let max_count = counts.iter().copied().max().unwrap_or(0);
+    // SAFETY: as in `all_gather_v`.
+    call.launch_v(&counts, max_count, |ctx, dst, src, c| unsafe {
+        reduce_scatter_v_raw(ctx, dtype, op, dst, src, c, &options(mode))
     })
 }
 
@@ -451,11 +419,10 @@ pub fn all_to_all_v(
 ) -> PyResult<()> {
     let call = Call::new(handle, in_tensor, out_tensor, stream_ptr)?;
     let world = call.world() as usize;
-    let sizes = tensor::byte_counts(
+    let sizes = call.byte_list(
         splits,
         "splits",
-        2 * world,
-        call.src.element_size,
+        2,
         "world sizes sent (in bytes, to each rank), then world sizes received (from each rank)",
     )?;
     at_least(
@@ -480,12 +447,8 @@ pub fn all_to_all_v(
         Some(m) => m,
         None => u64::MAX,
     };
-    call.run(|live| {
-        let stand_in = live.counts_stand_in();
-        let (dst, src) = (v_span(&call.dst, stand_in), v_span(&call.src, stand_in));
-        launch_v(live, &sizes, max_count, |ctx, counts| {
-            // SAFETY: as in `all_gather_v`.
-            unsafe { all_to_all_v_raw(ctx, BYTES, dst, src, counts, &Options::default()) }
-        })
+    // SAFETY: as in `all_gather_v`.
+    call.launch_v(&sizes, max_count, |ctx, dst, src, counts| unsafe {
+        all_to_all_v_raw(ctx, BYTES, dst, src, counts, &Options::default())
     })
 }
