@@ -165,34 +165,20 @@ pub fn header(csv: bool) -> String {
 /// One row as a table line or CSV record.
 pub fn line(row: &Row, collective: Collective, world: u32, csv: bool) -> String {
     let wrong = row.wrong.map_or("N/A".to_string(), |w| w.to_string());
+    let (bytes, count, dtype, redop) = (row.total_bytes, row.count, row.dtype.name(), &row.redop);
+    let (time, algbw, busbw) = (row.time_us, row.algbw(), row.busbw(collective, world));
+    let roofline = row.roofline();
     if csv {
+        let floor = row.floor_us.map_or(String::new(), |f| format!("{f:.3}"));
+        let name = collective.name();
         format!(
-            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{:.4},{}",
-            collective.name(),
-            world,
-            row.total_bytes,
-            row.count,
-            row.dtype.name(),
-            row.redop,
-            row.time_us,
-            row.algbw(),
-            row.busbw(collective, world),
-            wrong,
-            row.roofline(),
-            row.floor_us.map_or(String::new(), |f| format!("{f:.3}"))
+            "{name},{world},{bytes},{count},{dtype},{redop},{time:.3},{algbw:.3},{busbw:.3},\
+             {wrong},{roofline:.4},{floor}"
         )
     } else {
         format!(
-            " {:>12} {:>12} {:>9} {:>6} {:>10.2} {:>8.2} {:>8.2} {:>7} {:>8.3}",
-            row.total_bytes,
-            row.count,
-            row.dtype.name(),
-            row.redop,
-            row.time_us,
-            row.algbw(),
-            row.busbw(collective, world),
-            wrong,
-            row.roofline()
+            " {bytes:>12} {count:>12} {dtype:>9} {redop:>6} {time:>10.2} {algbw:>8.2} \
+             {busbw:>8.2} {wrong:>7} {roofline:>8.3}"
         )
     }
 }

@@ -30,6 +30,15 @@
 #[cfg(not(target_arch = "nvptx64"))]
 extern crate std;
 
+/// The `#[panic_handler]` a `no_std` crate of GPU kernels needs, with the `panic-trap`
+/// feature: a panic traps, which ends the kernel with an error its host sees at the next
+/// synchronise. Leave the feature off to supply your own.
+#[cfg(all(target_arch = "nvptx64", feature = "panic-trap"))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    arch::trap()
+}
+
 /// Declares a `#[repr(u32)]` enum that crosses the host-device boundary as its `u32` value
 /// (kernel arguments, fault records, table keys), with `ALL` (every variant, in declaration
 /// order) and `from_u32` (the variant with a value, if any).

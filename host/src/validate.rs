@@ -101,12 +101,15 @@ pub fn check_count(bytes: u64, elem_size: usize) -> Result<u64> {
 /// assert!(purlin::validate::elements_to_bytes("count", u64::MAX, 2).is_err());
 /// ```
 pub fn elements_to_bytes(what: &'static str, count: u64, elem_size: usize) -> Result<u64> {
-    count
-        .checked_mul(elem_size as u64)
-        .ok_or_else(|| Error::InvalidArgument {
-            what,
-            reason: format!("{count} elements of {elem_size} bytes overflow a 64-bit size"),
-        })
+    product(what, count, elem_size as u64, "elements")
+}
+
+/// `n × size` bytes of `n` `things` of `size` bytes each, or the error naming `what`.
+fn product(what: &'static str, n: u64, size: u64, things: &str) -> Result<u64> {
+    n.checked_mul(size).ok_or_else(|| Error::InvalidArgument {
+        what,
+        reason: format!("{n} {things} of {size} bytes overflow a 64-bit size"),
+    })
 }
 
 /// A buffer a call uses `needed` bytes of: non-null and `align`-aligned (when `needed > 0`),
@@ -183,12 +186,7 @@ pub fn check_reachable(
 /// # Ok::<(), purlin::Error>(())
 /// ```
 pub fn parts_to_bytes(what: &'static str, bytes: u64, parts: u32) -> Result<u64> {
-    bytes
-        .checked_mul(parts as u64)
-        .ok_or_else(|| Error::InvalidArgument {
-            what,
-            reason: format!("{parts} parts of {bytes} bytes overflow a 64-bit size"),
-        })
+    product(what, parts as u64, bytes, "parts")
 }
 
 /// How a collective's input and output may share memory.

@@ -10,9 +10,3 @@
 
 #[cfg(target_arch = "nvptx64")]
 mod atoms;
-
-#[cfg(target_arch = "nvptx64")]
-#[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! {
-    purlin_device::arch::trap()
-}

@@ -278,11 +278,16 @@ impl<'a, S: Streams> Engine<'a, S> {
             Ok(())
         });
         for i in 0..rounds {
+            let part = |set, index| ChunkPart {
+                chunk: i,
+                set,
+                index,
+            };
             for_each(put_share, s.puts(), |j, set, index| {
                 let put = s.put(j);
                 if i < g.chunks(put.len) {
                     // SAFETY: forwarded contract.
-                    unsafe { self.slots.put_chunk::<A>(call, &put, i, set, index) }
+                    unsafe { self.slots.put_chunk::<A>(&put, call, part(set, index)) }
                 } else {
                     Ok(())
                 }
@@ -292,18 +297,26 @@ impl<'a, S: Streams> Engine<'a, S> {
                 if i >= g.chunks(get.len()) {
                     return Ok(());
                 }
+                let part = part(set, index);
                 // SAFETY (both arms): forwarded contract.
                 match get {
                     Get::Reduce { .. } => unsafe {
-                        self.slots
-                            .reduce_chunk::<A, R>(call, &get, i, set, index, reducer)
+                        self.slots.reduce_chunk::<A, R>(call, &get, part, reducer)
                     },
-                    _ => unsafe { self.slots.copy_chunk::<A>(call, &get, i, set, index) },
+                    _ => unsafe { self.slots.copy_chunk::<A>(call, &get, part) },
                 }
             })?;
         }
         Ok(())
     }
+}
+
+/// A block's part of one chunk of a stream: part `index` of the `set` blocks that share it.
+#[derive(Clone, Copy, Debug)]
+struct ChunkPart {
+    chunk: u64,
+    set: u32,
+    index: u32,
 }
 
 impl Slots {
@@ -317,21 +330,38 @@ impl Slots {
             + slot * g.chunk) as *mut u8
     }
 
-    /// This block's slice of chunk `i` of a `len`-byte stream: (offset in the chunk, offset in
-    /// the stream, bytes).
+    /// The slot a chunk goes through and the flag that announces it, in this call.
     #[inline(always)]
-    fn slice(&self, len: u64, i: u64, set: u32, index: u32) -> (usize, usize, usize) {
-        let g = self.geometry;
-        let (offset, n) = split_bytes(
-            g.chunk_len(len, i) as usize,
-            16,
-            set as usize,
-            index as usize,
-        );
-        (offset, (i * g.chunk) as usize + offset, n)
+    fn place(&self, call: &Call, part: ChunkPart) -> (u64, u64) {
+        (
+            epoch::slot(part.chunk, self.geometry.slots),
+            epoch::flag(call.epoch, part.chunk),
+        )
     }
 
-    /// Stage: chunk `i` of a producer stream, this block's slice of it; Notify: the last block
+    /// Whether consuming this chunk of a `total`-byte stream frees a slot its producer waits
+    /// for (it then posts `Consumed`).
+    #[inline(always)]
+    fn posts_consumed(&self, part: ChunkPart, total: u64) -> bool {
+        let g = self.geometry;
+        epoch::must_post_consumed(part.chunk, g.chunks(total), g.slots)
+    }
+
+    /// This block's slice of a chunk of a `len`-byte stream: (offset in the chunk, offset in
+    /// the stream, bytes).
+    #[inline(always)]
+    fn slice(&self, len: u64, part: ChunkPart) -> (usize, usize, usize) {
+        let g = self.geometry;
+        let (offset, n) = split_bytes(
+            g.chunk_len(len, part.chunk) as usize,
+            16,
+            part.set as usize,
+            part.index as usize,
+        );
+        (offset, (part.chunk * g.chunk) as usize + offset, n)
+    }
+
+    /// Stage: this block's part of a chunk of a producer stream; Notify: the last block
     /// of the set posts the chunk's flag.
     ///
     /// # Safety
@@ -339,18 +369,15 @@ impl Slots {
     #[inline(never)]
     unsafe fn put_chunk<A: Atom>(
         &self,
-        call: &mut Call,
         put: &Put,
-        i: u64,
-        set: u32,
-        index: u32,
+        call: &mut Call,
+        part: ChunkPart,
     ) -> Result<(), Left> {
-        let g = self.geometry;
-        let slot = epoch::slot(i, g.slots);
-        if let Some(target) = epoch::drain_target(call.epoch, i, g.slots) {
+        let (slot, flag) = self.place(call, part);
+        if let Some(target) = epoch::drain_target(call.epoch, part.chunk, self.geometry.slots) {
             call.wait_block(put.drain, put.drain_kind, target)?;
         }
-        let (offset, at, len) = self.slice(put.len, i, set, index);
+        let (offset, at, len) = self.slice(put.len, part);
         // SAFETY: the slice lies inside the stream and inside the slot.
         unsafe {
             transfer::copy::<A>(
@@ -361,14 +388,14 @@ impl Slots {
                 self.smem,
             )
         };
-        if call.arrive(call.counter(Counter::Put, put.region, slot), set) {
-            call.post_to(put.notify, SignalKind::Data, epoch::flag(call.epoch, i));
+        if call.arrive(call.counter(Counter::Put, put.region, slot), part.set) {
+            call.post_to(put.notify, SignalKind::Data, flag);
         }
         Ok(())
     }
 
-    /// Consume: chunk `i` of a copying consumer stream ([`Get::Copy`] or [`Get::Local`]), this
-    /// block's slice of it.
+    /// Consume: this block's part of a chunk of a copying consumer stream ([`Get::Copy`] or
+    /// [`Get::Local`]).
     ///
     /// # Safety
     /// As [`Engine::run`].
@@ -377,14 +404,10 @@ impl Slots {
         &self,
         call: &mut Call,
         get: &Get,
-        i: u64,
-        set: u32,
-        index: u32,
+        part: ChunkPart,
     ) -> Result<(), Left> {
-        let g = self.geometry;
-        let slot = epoch::slot(i, g.slots);
-        let flag = epoch::flag(call.epoch, i);
-        let (offset, at, len) = self.slice(get.len(), i, set, index);
+        let (slot, flag) = self.place(call, part);
+        let (offset, at, len) = self.slice(get.len(), part);
         match *get {
             Get::Copy {
                 peer,
@@ -404,8 +427,8 @@ impl Slots {
                         self.smem,
                     )
                 };
-                if epoch::must_post_consumed(i, g.chunks(total), g.slots)
-                    && call.arrive(call.counter(Counter::Consumed, peer, slot), set)
+                if self.posts_consumed(part, total)
+                    && call.arrive(call.counter(Counter::Consumed, peer, slot), part.set)
                 {
                     call.post_to(Ranks::One(peer), SignalKind::Consumed, flag);
                 }
@@ -422,8 +445,8 @@ impl Slots {
         Ok(())
     }
 
-    /// Consume: chunk `i` of a reducing consumer stream ([`Get::Reduce`]), this block's slice
-    /// of it, reduced with `reducer`.
+    /// Consume: this block's part of a chunk of a reducing consumer stream ([`Get::Reduce`]),
+    /// reduced with `reducer`.
     ///
     /// # Safety
     /// As [`Engine::run`].
@@ -432,9 +455,7 @@ impl Slots {
         &self,
         call: &mut Call,
         get: &Get,
-        i: u64,
-        set: u32,
-        index: u32,
+        part: ChunkPart,
         reducer: R,
     ) -> Result<(), Left> {
         let Get::Reduce {
@@ -446,10 +467,8 @@ impl Slots {
         else {
             return Ok(());
         };
-        let g = self.geometry;
-        let slot = epoch::slot(i, g.slots);
-        let flag = epoch::flag(call.epoch, i);
-        let (offset, at, len) = self.slice(total, i, set, index);
+        let (slot, flag) = self.place(call, part);
+        let (offset, at, len) = self.slice(total, part);
         call.wait_block(Ranks::All, SignalKind::Data, flag)?;
         let out = if dst.is_null() {
             // SAFETY: in place, in this rank's own region.
@@ -466,8 +485,7 @@ impl Slots {
         }
         // Decided before the reduction, so that little stays live across it (the datapath's
         // registers come on top of those).
-        let announce =
-            post == SignalKind::Gather || epoch::must_post_consumed(i, g.chunks(total), g.slots);
+        let announce = post == SignalKind::Gather || self.posts_consumed(part, total);
         let counter = call.counter(Counter::Reduce, 0, slot);
         // SAFETY: every source slice lies inside its rank's slot; `out` as above.
         unsafe {
@@ -479,7 +497,7 @@ impl Slots {
                 self.smem,
             )
         };
-        if announce && call.arrive(counter, set) {
+        if announce && call.arrive(counter, part.set) {
             call.post_to(Ranks::All, post, flag);
         }
         Ok(())

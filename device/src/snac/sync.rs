@@ -95,14 +95,8 @@ impl<'a> Call<'a> {
         digest: &Digest,
     ) -> Self {
         let mut call = Self {
-            ctx,
-            collective,
-            block,
-            epoch: 0,
-            tid: arch::thread_index(),
-            threads: arch::block_threads(),
             scratch: scratch as *mut u32,
-            toggle: 0,
+            ..Self::detached(ctx, collective, block)
         };
         let epoch_ptr = call.epoch_slot(block);
         if call.tid == 0 {

@@ -64,11 +64,6 @@ mod entry {
     use super::*;
     use purlin_device::atom::Native;
 
-    #[panic_handler]
-    fn panic(_: &core::panic::PanicInfo) -> ! {
-        arch::trap()
-    }
-
     /// The GPU entry point: fills in this block's index, the grid and the shared memory, then
     /// runs [`scale_then_all_gather`] with the architecture's native Atom.
     ///
