@@ -4,23 +4,71 @@
 
 use super::*;
 
-/// Checks and launches a collective of fixed-size parts: `src` holds `parts.0` parts and `dst`
-/// `parts.1` parts of `count` elements.
+/// How many parts of `count` elements a collective of fixed parts reads and writes per rank:
+/// (in `src`, in `dst`).
+fn parts(kind: CollectiveKind, world: u32) -> (u32, u32) {
+    match kind {
+        CollectiveKind::AllGather => (1, world),
+        CollectiveKind::ReduceScatter => (world, 1),
+        CollectiveKind::AllToAll => (world, world),
+        _ => (1, 1),
+    }
+}
+
+/// What sizes a call: the fixed forms' element count per part, or the V forms' counts in
+/// device memory.
+enum Size {
+    Count(u64),
+    Counts(Counts),
+}
+
+impl From<u64> for Size {
+    fn from(count: u64) -> Self {
+        Size::Count(count)
+    }
+}
+
+impl From<Counts> for Size {
+    fn from(counts: Counts) -> Self {
+        Size::Counts(counts)
+    }
+}
+
+/// Checks a call ([`fixed_call`] or [`v_call`]) and launches it.
 ///
 /// # Safety
-/// As [`all_reduce_raw`].
+/// As [`all_reduce_raw`] (and [`all_gather_v_raw`] for counts).
 #[allow(clippy::too_many_arguments)]
-unsafe fn fixed(
+unsafe fn checked_launch(
     ctx: &Context,
     kind: CollectiveKind,
     dtype: DataType,
     op: Option<ReduceOpKind>,
     dst: Span,
     src: Span,
-    count: u64,
-    parts: (u32, u32),
+    size: Size,
     options: &Options,
 ) -> Result<()> {
+    let (call, band_bytes) = match size {
+        Size::Count(count) => fixed_call(ctx, kind, dtype, dst, src, count, op)?,
+        Size::Counts(counts) => v_call(kind, dtype, dst, src, counts, op)?,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { ctx.launch_call(call, options, band_bytes) }
+}
+
+/// Checks a collective of fixed-size parts (see [`parts`]) of `count` elements: the call and
+/// its size in bytes.
+fn fixed_call(
+    ctx: &Context,
+    kind: CollectiveKind,
+    dtype: DataType,
+    dst: Span,
+    src: Span,
+    count: u64,
+    op: Option<ReduceOpKind>,
+) -> Result<(Call, u64)> {
+    let parts = parts(kind, ctx.world());
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
     let src_bytes = validate::parts_to_bytes("src", bytes, parts.0)?;
     let dst_bytes = validate::parts_to_bytes("dst", bytes, parts.1)?;
@@ -40,137 +88,74 @@ unsafe fn fixed(
         args: args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX),
         op,
     };
-    // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, bytes) }
+    Ok((call, bytes))
 }
 
 fn args(dst: Span, src: Span, bytes: u64) -> SnacArgs {
     SnacArgs::new(dst.addr as *mut u8, src.addr as *const u8, bytes, 1)
 }
 
-/// `dst = src₀ ⊕ … ⊕ src_{world-1}` over `count` elements of `dtype` on every rank (raw device
-/// addresses; `src == dst` is allowed).
-///
-/// # Safety
-/// `src` and `dst` are device memory of the context's GPU, valid for their spans until the
-/// collective has run on the context's stream.
-///
-/// ```no_run
-/// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
-/// use purlin::collective::{all_reduce_raw, Options};
-/// // SAFETY: both spans are live device buffers of the context's GPU.
-/// unsafe { all_reduce_raw(ctx, purlin::DataType::Bf16, purlin::ReduceOpKind::Sum, dst, src, 4096, &Options::default())? };
-/// # Ok(()) }
-/// ```
-pub unsafe fn all_reduce_raw(
-    ctx: &Context,
-    dtype: DataType,
-    op: ReduceOpKind,
-    dst: Span,
-    src: Span,
-    count: u64,
-    options: &Options,
-) -> Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe {
-        fixed(
-            ctx,
-            CollectiveKind::AllReduce,
-            dtype,
-            Some(op),
-            dst,
-            src,
-            count,
-            (1, 1),
-            options,
-        )
-    }
+/// Declares a collective's raw entry point, which checks its arguments and launches
+/// ([`checked_launch`]); `$size` is the fixed forms' `count` or the V forms' `counts`.
+/// `(op)` after the name makes it a reduction, taking the operator after the type; `()` a copy.
+macro_rules! raw_collective {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($op:ident)?) = $kind:ident, sized by $size:ident: $size_ty:ty;
+    )*) => {$(
+        $(#[$doc])*
+        pub unsafe fn $name(
+            ctx: &Context,
+            dtype: DataType,
+            $($op: ReduceOpKind,)?
+            dst: Span,
+            src: Span,
+            $size: $size_ty,
+            options: &Options,
+        ) -> Result<()> {
+            let op: Option<ReduceOpKind> = None $(.or(Some($op)))?;
+            let kind = CollectiveKind::$kind;
+            // SAFETY: forwarded contract.
+            unsafe { checked_launch(ctx, kind, dtype, op, dst, src, $size.into(), options) }
+        }
+    )*};
 }
 
-/// Rank `r`'s `count` elements (`src`) land at `dst[r × count ..]` on every rank.
-///
-/// # Safety
-/// As [`all_reduce_raw`]; `dst` holds `world × count` elements.
-pub unsafe fn all_gather_raw(
-    ctx: &Context,
-    dtype: DataType,
-    dst: Span,
-    src: Span,
-    count: u64,
-    options: &Options,
-) -> Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe {
-        fixed(
-            ctx,
-            CollectiveKind::AllGather,
-            dtype,
-            None,
-            dst,
-            src,
-            count,
-            (1, ctx.world()),
-            options,
-        )
-    }
-}
+raw_collective! {
+    /// `dst = src₀ ⊕ … ⊕ src_{world-1}` over `count` elements of `dtype` on every rank (raw
+    /// device addresses; `src == dst` is allowed).
+    ///
+    /// # Safety
+    /// `src` and `dst` are device memory of the context's GPU, valid for their spans until the
+    /// collective has run on the context's stream.
+    ///
+    /// ```no_run
+    /// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
+    /// use purlin::collective::{all_reduce_raw, Options};
+    /// // SAFETY: both spans are live device buffers of the context's GPU.
+    /// unsafe { all_reduce_raw(ctx, purlin::DataType::Bf16, purlin::ReduceOpKind::Sum, dst, src, 4096, &Options::default())? };
+    /// # Ok(()) }
+    /// ```
+    fn all_reduce_raw(op) = AllReduce, sized by count: u64;
 
-/// Rank `r` receives the reduction over ranks of part `r` (`count` elements) of every `src`
-/// (`world × count` elements).
-///
-/// # Safety
-/// As [`all_reduce_raw`]; `src` holds `world × count` elements, `dst` `count`.
-pub unsafe fn reduce_scatter_raw(
-    ctx: &Context,
-    dtype: DataType,
-    op: ReduceOpKind,
-    dst: Span,
-    src: Span,
-    count: u64,
-    options: &Options,
-) -> Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe {
-        fixed(
-            ctx,
-            CollectiveKind::ReduceScatter,
-            dtype,
-            Some(op),
-            dst,
-            src,
-            count,
-            (ctx.world(), 1),
-            options,
-        )
-    }
-}
+    /// Rank `r`'s `count` elements (`src`) land at `dst[r × count ..]` on every rank.
+    ///
+    /// # Safety
+    /// As [`all_reduce_raw`]; `dst` holds `world × count` elements.
+    fn all_gather_raw() = AllGather, sized by count: u64;
 
-/// Part `p` (`count` elements) of rank `r`'s `src` lands in part `r` of rank `p`'s `dst`.
-///
-/// # Safety
-/// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
-pub unsafe fn all_to_all_raw(
-    ctx: &Context,
-    dtype: DataType,
-    dst: Span,
-    src: Span,
-    count: u64,
-    options: &Options,
-) -> Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe {
-        fixed(
-            ctx,
-            CollectiveKind::AllToAll,
-            dtype,
-            None,
-            dst,
-            src,
-            count,
-            (ctx.world(), ctx.world()),
-            options,
-        )
-    }
+    /// Rank `r` receives the reduction over ranks of part `r` (`count` elements) of every `src`
+    /// (`world × count` elements).
+    ///
+    /// # Safety
+    /// As [`all_reduce_raw`]; `src` holds `world × count` elements, `dst` `count`.
+    fn reduce_scatter_raw(op) = ReduceScatter, sized by count: u64;
+
+    /// Part `p` (`count` elements) of rank `r`'s `src` lands in part `r` of rank `p`'s `dst`.
+    ///
+    /// # Safety
+    /// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
+    fn all_to_all_raw() = AllToAll, sized by count: u64;
 }
 
 /// The V collectives' counts: element counts in device memory (`u64` each), read by the kernel
@@ -223,65 +208,26 @@ fn v_call(
     ))
 }
 
-/// AllGatherV: rank `p` contributes `counts[p]` elements; every `dst` holds all contributions in
-/// rank order.
-///
-/// # Safety
-/// As [`all_reduce_raw`]; `counts` holds `world` counts (the same on every rank) and the
-/// buffers hold what they describe, while the call runs.
-pub unsafe fn all_gather_v_raw(
-    ctx: &Context,
-    dtype: DataType,
-    dst: Span,
-    src: Span,
-    counts: Counts,
-    options: &Options,
-) -> Result<()> {
-    let (call, max_bytes) = v_call(CollectiveKind::AllGatherV, dtype, dst, src, counts, None)?;
-    // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, max_bytes) }
-}
+raw_collective! {
+    /// AllGatherV: rank `p` contributes `counts[p]` elements; every `dst` holds all
+    /// contributions in rank order.
+    ///
+    /// # Safety
+    /// As [`all_reduce_raw`]; `counts` holds `world` counts (the same on every rank) and the
+    /// buffers hold what they describe, while the call runs.
+    fn all_gather_v_raw() = AllGatherV, sized by counts: Counts;
 
-/// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of every
-/// `src`, whose parts lie in rank order.
-///
-/// # Safety
-/// As [`all_gather_v_raw`].
-pub unsafe fn reduce_scatter_v_raw(
-    ctx: &Context,
-    dtype: DataType,
-    op: ReduceOpKind,
-    dst: Span,
-    src: Span,
-    counts: Counts,
-    options: &Options,
-) -> Result<()> {
-    let (call, max_bytes) = v_call(
-        CollectiveKind::ReduceScatterV,
-        dtype,
-        dst,
-        src,
-        counts,
-        Some(op),
-    )?;
-    // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, max_bytes) }
-}
+    /// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of
+    /// every `src`, whose parts lie in rank order.
+    ///
+    /// # Safety
+    /// As [`all_gather_v_raw`].
+    fn reduce_scatter_v_raw(op) = ReduceScatterV, sized by counts: Counts;
 
-/// AllToAllV: `counts` holds `2 × world` counts: the elements this rank sends to each rank,
-/// then the elements it receives from each rank.
-///
-/// # Safety
-/// As [`all_gather_v_raw`], with `2 × world` counts.
-pub unsafe fn all_to_all_v_raw(
-    ctx: &Context,
-    dtype: DataType,
-    dst: Span,
-    src: Span,
-    counts: Counts,
-    options: &Options,
-) -> Result<()> {
-    let (call, max_bytes) = v_call(CollectiveKind::AllToAllV, dtype, dst, src, counts, None)?;
-    // SAFETY: forwarded contract.
-    unsafe { ctx.launch_call(call, options, max_bytes) }
+    /// AllToAllV: `counts` holds `2 × world` counts: the elements this rank sends to each rank,
+    /// then the elements it receives from each rank.
+    ///
+    /// # Safety
+    /// As [`all_gather_v_raw`], with `2 × world` counts.
+    fn all_to_all_v_raw() = AllToAllV, sized by counts: Counts;
 }
