@@ -74,15 +74,20 @@ impl<A: Atom> TypedVisitor for RunReduce<A> {
             // SAFETY: buffers hold `count` elements, are 16-byte aligned; smem is A::SMEM_BYTES.
             unsafe { A::reduce::<T, O>(coop, args.0.0, &*srcs.0, count, args.0.1) }
         };
-        if threads == 1 {
-            run(Coop::block());
-        } else {
-            std::thread::scope(|s| {
-                for i in 0..threads {
-                    s.spawn(move || run(Coop::new(i, threads)));
-                }
-            });
-        }
+        run_cooperatively(threads, run);
+    }
+}
+
+/// Runs one cooperative call of `threads` members: inline for one, one scoped thread each else.
+fn run_cooperatively(threads: u32, run: impl Fn(Coop) + Copy + Send) {
+    if threads == 1 {
+        run(Coop::block());
+    } else {
+        std::thread::scope(|s| {
+            for i in 0..threads {
+                s.spawn(move || run(Coop::new(i, threads)));
+            }
+        });
     }
 }
 
@@ -107,15 +112,7 @@ fn check_copy<A: Atom>(threads: u32) {
             // SAFETY: both buffers hold `bytes` aligned bytes; smem is A::SMEM_BYTES.
             unsafe { A::copy(coop, p.0.0, p.0.1, bytes, p.0.2) }
         };
-        if threads == 1 {
-            run(Coop::block());
-        } else {
-            std::thread::scope(|s| {
-                for i in 0..threads {
-                    s.spawn(move || run(Coop::new(i, threads)));
-                }
-            });
-        }
+        run_cooperatively(threads, run);
         assert!(
             dst.bytes() == src.bytes(),
             "{} copy of {bytes} bytes with {threads} threads differs",

@@ -25,10 +25,15 @@ const WINDOW: u64 = 2048;
 const THRESHOLD: u64 = 512;
 
 fn communicator(world: u32) -> Communicator {
+    communicator_with_timeout(world, Duration::from_secs(30))
+}
+
+/// The test communicator with a wait bound of its own (a missing rank must fail fast).
+fn communicator_with_timeout(world: u32, timeout: Duration) -> Communicator {
     Communicator::builder(world)
         .staging_half_bytes(HALF)
         .latency_window_bytes(WINDOW)
-        .timeout(Duration::from_secs(30))
+        .timeout(timeout)
         .build()
         .unwrap()
 }
@@ -65,18 +70,69 @@ fn buffers(contents: &[Vec<u8>]) -> Vec<Buffer> {
     contents.iter().map(|c| Buffer::from_slice(c)).collect()
 }
 
+/// One output of `bytes` bytes of `POISON`, so an element the call does not write never passes.
+fn poisoned_buffer(bytes: usize) -> Buffer {
+    let b = Buffer::zeroed(bytes);
+    b.fill(POISON);
+    b
+}
+
 fn poisoned(world: u32, bytes: usize) -> Vec<Buffer> {
-    (0..world)
-        .map(|_| {
-            let b = Buffer::zeroed(bytes);
-            b.fill(POISON);
-            b
-        })
-        .collect()
+    (0..world).map(|_| poisoned_buffer(bytes)).collect()
 }
 
 fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
     (0..n).map(|_| rng.random::<u8>()).collect()
+}
+
+/// Every rank's input of the copying collectives: `n` fresh random bytes per rank.
+fn random_byte_inputs(rng: &mut SmallRng, world: u32, n: usize) -> Vec<Vec<u8>> {
+    (0..world).map(|_| random_bytes(rng, n)).collect()
+}
+
+/// Every rank's input of the reductions: `count` fresh random elements of `dtype` per rank.
+fn random_inputs(
+    rng: &mut SmallRng,
+    world: u32,
+    dtype: DataType,
+    op: ReduceOpKind,
+    count: usize,
+) -> Vec<Vec<u8>> {
+    (0..world)
+        .map(|_| random_elements(rng, dtype, op, count))
+        .collect()
+}
+
+/// What rank `r` receives from an AllToAll of `n`-byte parts: part `r` of every rank's input.
+fn all_to_all_expected(inputs: &[Vec<u8>], r: usize, n: usize) -> Vec<u8> {
+    inputs
+        .iter()
+        .flat_map(|input| input[r * n..(r + 1) * n].to_vec())
+        .collect()
+}
+
+/// Asserts that every rank's output holds `want(rank)`; `what(rank)` names the case.
+fn assert_rank_outputs<W: AsRef<[u8]>>(
+    dst: &[Buffer],
+    want: impl Fn(usize) -> W,
+    what: impl Fn(usize) -> String,
+) {
+    for (r, d) in dst.iter().enumerate() {
+        assert!(d.bytes() == want(r).as_ref(), "{}", what(r));
+    }
+}
+
+/// Runs a matrix test's `cases` for every world of `WORLDS`, each on its own test communicator,
+/// with one seeded generator and one run counter, and prints the runs it counted and the time.
+fn for_every_world(name: &str, mut cases: impl FnMut(u32, &Communicator, &mut SmallRng, &mut u32)) {
+    let mut rng = fresh_rng(name);
+    let mut runs = 0;
+    let start = Instant::now();
+    for world in WORLDS {
+        let comm = communicator(world);
+        cases(world, &comm, &mut rng, &mut runs);
+    }
+    eprintln!("{name}: {runs} runs in {:?}", start.elapsed());
 }
 
 /// Checks a reduced output against both references.
@@ -95,19 +151,49 @@ fn check_reduced(what: &str, dtype: DataType, op: ReduceOpKind, srcs: &[&[u8]], 
     );
 }
 
+/// Asserts that every rank's output holds all inputs in rank order, as an AllGather leaves it.
+fn assert_all_gathered(dst: &[Buffer], inputs: &[Vec<u8>], what: impl Fn(usize) -> String) {
+    let want = inputs.concat();
+    assert_rank_outputs(dst, |_| &want, what);
+}
+
+/// Checks every rank's output of a reduce-scatter of `n`-byte parts: rank `r` holds part `r`.
+fn check_reduce_scattered(
+    dst: &[Buffer],
+    inputs: &[Vec<u8>],
+    dtype: DataType,
+    op: ReduceOpKind,
+    n: usize,
+    what: impl Fn(usize) -> String,
+) {
+    for (r, d) in dst.iter().enumerate() {
+        check_reduced_range(&what(r), dtype, op, inputs, r * n..(r + 1) * n, &d.bytes());
+    }
+}
+
+/// Checks one rank's share of a reduce-scatter: `got` against bytes `range` of every input.
+fn check_reduced_range(
+    what: &str,
+    dtype: DataType,
+    op: ReduceOpKind,
+    inputs: &[Vec<u8>],
+    range: std::ops::Range<usize>,
+    got: &[u8],
+) {
+    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[range.clone()]).collect();
+    check_reduced(what, dtype, op, &parts, got);
+}
+
 /// Runs an AllReduce and checks every rank.
 fn all_reduce_case(comm: &Communicator, rng: &mut SmallRng, launch: Launch) {
     let world = comm.world();
-    let inputs: Vec<Vec<u8>> = (0..world)
-        .map(|_| {
-            random_elements(
-                rng,
-                launch.dtype,
-                launch.op,
-                launch.bytes as usize / launch.dtype.size(),
-            )
-        })
-        .collect();
+    let inputs = random_inputs(
+        rng,
+        world,
+        launch.dtype,
+        launch.op,
+        launch.bytes as usize / launch.dtype.size(),
+    );
     let (src, dst) = (buffers(&inputs), poisoned(world, launch.bytes as usize));
     comm.run(&launch, &src, &dst, None)
         .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
@@ -125,24 +211,19 @@ fn all_reduce_case(comm: &Communicator, rng: &mut SmallRng, launch: Launch) {
 
 #[test]
 fn all_reduce_matrix() {
-    let mut rng = fresh_rng("all_reduce_matrix");
-    let mut runs = 0;
-    let start = Instant::now();
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("all_reduce_matrix", |_, comm, rng, runs| {
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 for (i, bytes) in sizes(dtype.size() as u64).into_iter().enumerate() {
                     let mut launch = Launch::new(CollectiveKind::AllReduce, bytes).typed(dtype, op);
                     launch.plan = plan();
                     launch.blocks = 1 + (i as u32 % 3);
-                    all_reduce_case(&comm, &mut rng, launch);
-                    runs += 1;
+                    all_reduce_case(comm, rng, launch);
+                    *runs += 1;
                 }
             }
         }
-    }
-    eprintln!("all_reduce_matrix: {runs} runs in {:?}", start.elapsed());
+    });
 }
 
 /// Every algorithm (one-shot, two-shot, both throughput paths), block count and chunk size
@@ -154,16 +235,13 @@ fn all_reduce_is_deterministic_across_plans() {
         let comm = communicator(world);
         for dtype in DataType::ALL {
             let bytes = (600 / dtype.size() as u64) * dtype.size() as u64;
-            let inputs: Vec<Vec<u8>> = (0..world)
-                .map(|_| {
-                    random_elements(
-                        &mut rng,
-                        dtype,
-                        ReduceOpKind::Sum,
-                        bytes as usize / dtype.size(),
-                    )
-                })
-                .collect();
+            let inputs = random_inputs(
+                &mut rng,
+                world,
+                dtype,
+                ReduceOpKind::Sum,
+                bytes as usize / dtype.size(),
+            );
             let src = buffers(&inputs);
             let mut results: Vec<Vec<u8>> = Vec::new();
             for (algorithm, blocks, chunk) in [
@@ -202,11 +280,7 @@ fn all_reduce_is_deterministic_across_plans() {
 
 #[test]
 fn reduce_scatter_matrix() {
-    let mut rng = fresh_rng("reduce_scatter_matrix");
-    let mut runs = 0;
-    let start = Instant::now();
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("reduce_scatter_matrix", |world, comm, rng, runs| {
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 // Per-rank output sizes; the input is `world` times larger.
@@ -216,64 +290,41 @@ fn reduce_scatter_matrix() {
                     launch.plan = plan();
                     launch.blocks = 1 + (i as u32 % 3);
                     let n = bytes as usize;
-                    let inputs: Vec<Vec<u8>> = (0..world)
-                        .map(|_| {
-                            random_elements(&mut rng, dtype, op, world as usize * n / dtype.size())
-                        })
-                        .collect();
+                    let inputs =
+                        random_inputs(rng, world, dtype, op, world as usize * n / dtype.size());
                     let (src, dst) = (buffers(&inputs), poisoned(world, n));
                     comm.run(&launch, &src, &dst, None)
                         .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
-                    for (r, d) in dst.iter().enumerate() {
-                        let parts: Vec<&[u8]> =
-                            inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
-                        check_reduced(
-                            &format!("reduce_scatter world {world} rank {r} {launch:?}"),
-                            dtype,
-                            op,
-                            &parts,
-                            &d.bytes(),
-                        );
-                    }
-                    runs += 1;
+                    check_reduce_scattered(&dst, &inputs, dtype, op, n, |r| {
+                        format!("reduce_scatter world {world} rank {r} {launch:?}")
+                    });
+                    *runs += 1;
                 }
             }
         }
-    }
-    eprintln!(
-        "reduce_scatter_matrix: {runs} runs in {:?}",
-        start.elapsed()
-    );
+    });
 }
 
 #[test]
 fn all_gather_matrix() {
-    let mut rng = fresh_rng("all_gather_matrix");
-    let mut runs = 0;
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("all_gather_matrix", |world, comm, rng, runs| {
         for size in [1u64, 2, 4] {
             for (i, bytes) in sizes(size).into_iter().enumerate() {
                 let n = bytes as usize;
                 let mut launch = Launch::new(CollectiveKind::AllGather, bytes);
                 launch.plan = plan();
                 launch.blocks = 1 + (i as u32 % 4);
-                let inputs: Vec<Vec<u8>> = (0..world).map(|_| random_bytes(&mut rng, n)).collect();
+                let inputs = random_byte_inputs(rng, world, n);
                 let (src, dst) = (buffers(&inputs), poisoned(world, world as usize * n));
                 comm.run(&launch, &src, &dst, None)
                     .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
-                let want = inputs.concat();
-                for (r, d) in dst.iter().enumerate() {
-                    assert!(
-                        d.bytes() == want.as_slice(),
-                        "all_gather world {world} rank {r} {launch:?}"
-                    );
-                }
-                runs += 1;
+                assert_all_gathered(&dst, &inputs, |r| {
+                    format!("all_gather world {world} rank {r} {launch:?}")
+                });
+                *runs += 1;
             }
         }
-    }
-    eprintln!("all_gather_matrix: {runs} runs");
+    });
 }
 
 #[test]
@@ -283,7 +334,7 @@ fn all_gather_in_place() {
         let comm = communicator(world);
         for bytes in [12u64, 1000, 5000] {
             let n = bytes as usize;
-            let inputs: Vec<Vec<u8>> = (0..world).map(|_| random_bytes(&mut rng, n)).collect();
+            let inputs = random_byte_inputs(&mut rng, world, n);
             let dst = poisoned(world, world as usize * n);
             for (r, d) in dst.iter().enumerate() {
                 let mut all = d.bytes().to_vec();
@@ -308,23 +359,16 @@ fn all_gather_in_place() {
                 };
             })
             .unwrap();
-            let want = inputs.concat();
-            for d in &dst {
-                assert!(
-                    d.bytes() == want.as_slice(),
-                    "in-place all_gather world {world} bytes {bytes}"
-                );
-            }
+            assert_all_gathered(&dst, &inputs, |_| {
+                format!("in-place all_gather world {world} bytes {bytes}")
+            });
         }
     }
 }
 
 #[test]
 fn all_to_all_matrix() {
-    let mut rng = fresh_rng("all_to_all_matrix");
-    let mut runs = 0;
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("all_to_all_matrix", |world, comm, rng, runs| {
         for size in [1u64, 4] {
             for (i, bytes) in sizes(size).into_iter().take(7).enumerate() {
                 let n = bytes as usize;
@@ -332,25 +376,19 @@ fn all_to_all_matrix() {
                 let mut launch = Launch::new(CollectiveKind::AllToAll, bytes);
                 launch.plan = plan();
                 launch.blocks = 1 + (i as u32 % 4);
-                let inputs: Vec<Vec<u8>> =
-                    (0..world).map(|_| random_bytes(&mut rng, w * n)).collect();
+                let inputs = random_byte_inputs(rng, world, w * n);
                 let (src, dst) = (buffers(&inputs), poisoned(world, w * n));
                 comm.run(&launch, &src, &dst, None)
                     .unwrap_or_else(|e| panic!("{launch:?}: {e}"));
-                for (r, d) in dst.iter().enumerate() {
-                    let want: Vec<u8> = (0..w)
-                        .flat_map(|p| inputs[p][r * n..(r + 1) * n].to_vec())
-                        .collect();
-                    assert!(
-                        d.bytes() == want.as_slice(),
-                        "all_to_all world {world} rank {r} {launch:?}"
-                    );
-                }
-                runs += 1;
+                assert_rank_outputs(
+                    &dst,
+                    |r| all_to_all_expected(&inputs, r, n),
+                    |r| format!("all_to_all world {world} rank {r} {launch:?}"),
+                );
+                *runs += 1;
             }
         }
-    }
-    eprintln!("all_to_all_matrix: {runs} runs");
+    });
 }
 
 /// Random counts with zeros and heavy skew: mostly small, some zero, one rank (sometimes) far
@@ -380,16 +418,13 @@ fn counts_buffers(world: u32, counts: &[u64]) -> Vec<Buffer> {
 
 #[test]
 fn all_gather_v_matrix() {
-    let mut rng = fresh_rng("all_gather_v_matrix");
-    let mut runs = 0;
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("all_gather_v_matrix", |world, comm, rng, runs| {
         for case in 0..12u32 {
             let elem = [1u32, 2, 4][case as usize % 3];
-            let counts = skewed_counts(&mut rng, world as usize, 3 * HALF / elem as u64);
+            let counts = skewed_counts(rng, world as usize, 3 * HALF / elem as u64);
             let inputs: Vec<Vec<u8>> = counts
                 .iter()
-                .map(|&c| random_bytes(&mut rng, (c * elem as u64) as usize))
+                .map(|&c| random_bytes(rng, (c * elem as u64) as usize))
                 .collect();
             let total: usize = inputs.iter().map(Vec::len).sum();
             let mut launch = Launch::new(CollectiveKind::AllGatherV, 0);
@@ -397,29 +432,21 @@ fn all_gather_v_matrix() {
             let (src, dst) = (buffers(&inputs), poisoned(world, total));
             comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
                 .unwrap_or_else(|e| panic!("{counts:?}: {e}"));
-            let want = inputs.concat();
-            for (r, d) in dst.iter().enumerate() {
-                assert!(
-                    d.bytes() == want.as_slice(),
-                    "all_gather_v world {world} rank {r} counts {counts:?}"
-                );
-            }
-            runs += 1;
+            assert_all_gathered(&dst, &inputs, |r| {
+                format!("all_gather_v world {world} rank {r} counts {counts:?}")
+            });
+            *runs += 1;
         }
-    }
-    eprintln!("all_gather_v_matrix: {runs} runs");
+    });
 }
 
 #[test]
 fn reduce_scatter_v_matrix() {
-    let mut rng = fresh_rng("reduce_scatter_v_matrix");
-    let mut runs = 0;
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("reduce_scatter_v_matrix", |world, comm, rng, runs| {
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 let size = dtype.size();
-                let counts = skewed_counts(&mut rng, world as usize, 2 * HALF / size as u64);
+                let counts = skewed_counts(rng, world as usize, 2 * HALF / size as u64);
                 let total: u64 = counts.iter().sum();
                 let offsets: Vec<usize> = counts
                     .iter()
@@ -427,40 +454,33 @@ fn reduce_scatter_v_matrix() {
                         Some(std::mem::replace(at, *at + c as usize * size))
                     })
                     .collect();
-                let inputs: Vec<Vec<u8>> = (0..world)
-                    .map(|_| random_elements(&mut rng, dtype, op, total as usize))
-                    .collect();
+                let inputs = random_inputs(rng, world, dtype, op, total as usize);
                 let mut launch = Launch::new(CollectiveKind::ReduceScatterV, 0).typed(dtype, op);
-                (launch.plan, launch.blocks) = (plan(), 1 + runs % 4);
+                (launch.plan, launch.blocks) = (plan(), 1 + *runs % 4);
                 let src = buffers(&inputs);
                 let dst: Vec<Buffer> = counts
                     .iter()
-                    .map(|&c| {
-                        let b = Buffer::zeroed(c as usize * size);
-                        b.fill(POISON);
-                        b
-                    })
+                    .map(|&c| poisoned_buffer(c as usize * size))
                     .collect();
                 comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
                     .unwrap_or_else(|e| panic!("{counts:?} {launch:?}: {e}"));
                 for (r, d) in dst.iter().enumerate() {
                     let (at, n) = (offsets[r], counts[r] as usize * size);
-                    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[at..at + n]).collect();
                     if n > 0 {
-                        check_reduced(
+                        check_reduced_range(
                             &format!("reduce_scatter_v world {world} rank {r} {counts:?}"),
                             dtype,
                             op,
-                            &parts,
+                            &inputs,
+                            at..at + n,
                             &d.bytes(),
                         );
                     }
                 }
-                runs += 1;
+                *runs += 1;
             }
         }
-    }
-    eprintln!("reduce_scatter_v_matrix: {runs} runs");
+    });
 }
 
 /// A random AllToAllV exchange: `m[p][q]` elements go from `p` to `q`.
@@ -481,13 +501,7 @@ fn a2av_case(comm: &Communicator, rng: &mut SmallRng, elem: u32, blocks: u32, m:
         })
         .collect();
     let src = buffers(&inputs);
-    let dst: Vec<Buffer> = (0..w)
-        .map(|q| {
-            let b = Buffer::zeroed(recv_total(q));
-            b.fill(POISON);
-            b
-        })
-        .collect();
+    let dst: Vec<Buffer> = (0..w).map(|q| poisoned_buffer(recv_total(q))).collect();
     let mut launch = Launch::new(CollectiveKind::AllToAllV, 0);
     (launch.plan, launch.elem_bytes, launch.blocks) = (plan(), elem, blocks);
     comm.run(&launch, &src, &dst, Some(&counts))
@@ -505,26 +519,16 @@ fn a2av_case(comm: &Communicator, rng: &mut SmallRng, elem: u32, blocks: u32, m:
 
 #[test]
 fn all_to_all_v_matrix() {
-    let mut rng = fresh_rng("all_to_all_v_matrix");
-    let mut runs = 0;
-    for world in WORLDS {
-        let comm = communicator(world);
+    for_every_world("all_to_all_v_matrix", |world, comm, rng, runs| {
         for case in 0..10u32 {
             let elem = [1u32, 4][case as usize % 2];
             let m: Vec<Vec<u64>> = (0..world)
-                .map(|_| {
-                    skewed_counts(
-                        &mut rng,
-                        world as usize,
-                        2 * HALF / world as u64 / elem as u64,
-                    )
-                })
+                .map(|_| skewed_counts(rng, world as usize, 2 * HALF / world as u64 / elem as u64))
                 .collect();
-            a2av_case(&comm, &mut rng, elem, 1 + case % 4, &m);
-            runs += 1;
+            a2av_case(comm, rng, elem, 1 + case % 4, &m);
+            *runs += 1;
         }
-    }
-    eprintln!("all_to_all_v_matrix: {runs} runs");
+    });
 }
 
 /// 1000 calls on one communicator, collectives and sizes changing every call: epochs, parity,
@@ -563,44 +567,31 @@ fn thousand_back_to_back_calls() {
                         1
                     },
                 );
-                let inputs: Vec<Vec<u8>> = (0..w)
-                    .map(|_| random_bytes(&mut rng, parts_in * n))
-                    .collect();
+                let inputs = random_byte_inputs(&mut rng, world, parts_in * n);
                 let (src, dst) = (buffers(&inputs), poisoned(world, w * n));
                 comm.run(&launch, &src, &dst, None)
                     .unwrap_or_else(|e| panic!("call {call} {launch:?}: {e}"));
-                for (r, d) in dst.iter().enumerate() {
-                    let want: Vec<u8> = if kind == CollectiveKind::AllGather {
-                        inputs.concat()
-                    } else {
-                        (0..w)
-                            .flat_map(|p| inputs[p][r * n..(r + 1) * n].to_vec())
-                            .collect()
-                    };
-                    assert!(
-                        d.bytes() == want.as_slice(),
-                        "call {call}: {launch:?} rank {r}"
-                    );
-                }
+                assert_rank_outputs(
+                    &dst,
+                    |r| {
+                        if kind == CollectiveKind::AllGather {
+                            inputs.concat()
+                        } else {
+                            all_to_all_expected(&inputs, r, n)
+                        }
+                    },
+                    |r| format!("call {call}: {launch:?} rank {r}"),
+                );
             }
             CollectiveKind::ReduceScatter => {
                 let n = bytes as usize;
-                let inputs: Vec<Vec<u8>> = (0..w)
-                    .map(|_| random_elements(&mut rng, dtype, op, w * n / size as usize))
-                    .collect();
+                let inputs = random_inputs(&mut rng, world, dtype, op, w * n / size as usize);
                 let (src, dst) = (buffers(&inputs), poisoned(world, n));
                 comm.run(&launch, &src, &dst, None)
                     .unwrap_or_else(|e| panic!("call {call} {launch:?}: {e}"));
-                for (r, d) in dst.iter().enumerate() {
-                    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
-                    check_reduced(
-                        &format!("call {call} rank {r} {launch:?}"),
-                        dtype,
-                        op,
-                        &parts,
-                        &d.bytes(),
-                    );
-                }
+                check_reduce_scattered(&dst, &inputs, dtype, op, n, |r| {
+                    format!("call {call} rank {r} {launch:?}")
+                });
             }
             CollectiveKind::AllGatherV => {
                 let counts = skewed_counts(&mut rng, w, HALF);
@@ -622,9 +613,7 @@ fn thousand_back_to_back_calls() {
                 let counts = skewed_counts(&mut rng, w, HALF / size);
                 let s = size as usize;
                 let total: u64 = counts.iter().sum();
-                let inputs: Vec<Vec<u8>> = (0..w)
-                    .map(|_| random_elements(&mut rng, dtype, op, total as usize))
-                    .collect();
+                let inputs = random_inputs(&mut rng, world, dtype, op, total as usize);
                 let src = buffers(&inputs);
                 let dst: Vec<Buffer> = counts
                     .iter()
@@ -635,13 +624,13 @@ fn thousand_back_to_back_calls() {
                 let mut at = 0;
                 for (r, d) in dst.iter().enumerate() {
                     let n = counts[r] as usize * s;
-                    let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[at..at + n]).collect();
                     if n > 0 {
-                        check_reduced(
+                        check_reduced_range(
                             &format!("call {call} rank {r} rsv {counts:?}"),
                             dtype,
                             op,
-                            &parts,
+                            &inputs,
+                            at..at + n,
                             &d.bytes(),
                         );
                     }
@@ -665,12 +654,7 @@ fn a_rank_that_never_joins_is_named() {
     let absent = 2;
     for kind in CollectiveKind::ALL {
         for bytes in [64u64, 3 * HALF] {
-            let comm = Communicator::builder(world)
-                .staging_half_bytes(HALF)
-                .latency_window_bytes(WINDOW)
-                .timeout(Duration::from_millis(200))
-                .build()
-                .unwrap();
+            let comm = communicator_with_timeout(world, Duration::from_millis(200));
             let w = world as usize;
             let n = bytes as usize;
             let src: Vec<Buffer> = (0..w).map(|_| Buffer::zeroed(w * n)).collect();

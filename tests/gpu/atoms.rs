@@ -3,13 +3,13 @@
 //! against the host f32 rank-order reference; and a fused kernel that does its own work, then
 //! calls the Atom copy.
 
+use crate::support::{download, poisoned, upload};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use purlin::atom::{self, AtomKind, GridLayout, Launch};
 use purlin::ptx::Arch;
 use purlin::{DataType, Gpu, ReduceOpKind};
 use purlin_tests::{
-    POISON, device_addr, fresh_rng, gpu_or_skip, random_elements, random_elements_parallel,
-    reference_f32,
+    device_addr, fresh_rng, gpu_or_skip, random_elements, random_elements_parallel, reference_f32,
 };
 use rand::RngExt;
 use std::sync::Arc;
@@ -19,23 +19,26 @@ const BIG: usize = 256 << 20;
 const OPS: [ReduceOpKind; 3] = [ReduceOpKind::Sum, ReduceOpKind::Max, ReduceOpKind::Min];
 const ARCHS: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
 
-fn upload(stream: &Arc<CudaStream>, bytes: &[u8]) -> CudaSlice<u8> {
-    // At least one byte so that empty buffers still have an address.
-    if bytes.is_empty() {
-        stream.alloc_zeros::<u8>(16).unwrap()
-    } else {
-        stream.clone_htod(bytes).unwrap()
-    }
-}
-
-fn poisoned(stream: &Arc<CudaStream>, len: usize) -> CudaSlice<u8> {
-    upload(stream, &vec![POISON; len.max(16)])
-}
-
-fn download(stream: &Arc<CudaStream>, buf: &CudaSlice<u8>, len: usize) -> Vec<u8> {
-    let mut out = stream.clone_dtoh(buf).unwrap();
-    out.truncate(len);
-    out
+/// `atom::reduce` of `count` elements from the buffers at `srcs` into `dst`, which both
+/// reduction tests launch the same way.
+///
+/// # Safety
+/// As `atom::reduce`: `dst` and every buffer at `srcs` hold `count` elements of `dtype` and
+/// outlive the synchronisation.
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_into(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    launch: Launch,
+    dtype: DataType,
+    op: ReduceOpKind,
+    dst: &CudaSlice<u8>,
+    srcs: &[u64],
+    count: usize,
+) {
+    let dst = device_addr(dst, stream);
+    // SAFETY: forwarded contract.
+    unsafe { atom::reduce(gpu, stream, launch, dtype, op, dst, srcs, count as u64) }.unwrap();
 }
 
 /// Block counts to try: one block, an odd few, and two full waves.
@@ -121,18 +124,8 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
                             layout,
                         };
                         unsafe {
-                            atom::reduce(
-                                &gpu,
-                                &stream,
-                                launch,
-                                dtype,
-                                op,
-                                device_addr(&dst, &stream),
-                                &addrs,
-                                count as u64,
-                            )
-                        }
-                        .unwrap();
+                            reduce_into(&gpu, &stream, launch, dtype, op, &dst, &addrs, count)
+                        };
                         let got = download(&stream, &dst, want.len());
                         assert!(
                             got == want,
@@ -185,18 +178,8 @@ fn every_atom_reduces_256_mib_bit_exact() {
                         };
                         // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
                         unsafe {
-                            atom::reduce(
-                                gpu,
-                                &stream,
-                                launch,
-                                dtype,
-                                op,
-                                device_addr(&dst, &stream),
-                                &addrs,
-                                count as u64,
-                            )
-                        }
-                        .unwrap();
+                            reduce_into(gpu, &stream, launch, dtype, op, &dst, &addrs, count)
+                        };
                         let got = download(&stream, &dst, BIG);
                         assert!(
                             got == want,
@@ -215,9 +198,7 @@ fn every_atom_reduces_256_mib_bit_exact() {
 
 #[test]
 fn fused_kernel_does_its_own_work_then_calls_the_atom_copy() {
-    let Some(gpu) = gpu_or_skip("fused kernel", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("fused kernel");
     let stream = gpu.new_stream().unwrap();
     let mut rng = fresh_rng("fused kernel");
     let native = AtomKind::ALL

@@ -5,15 +5,16 @@
 //! plans and regimes, CUDA-graph capture replayed 100 times with fresh inputs (and new V counts),
 //! the fused kernel against the host-launched collective, and the missing-rank timeout.
 
-use cudarc::driver::{CudaSlice, CudaStream, sys};
-use purlin::bootstrap::{Bootstrap, InProcess};
-use purlin::collective::{self, Algorithm, Counts, Options, ReductionMode};
-use purlin::memory::{DeviceAllocator, Span};
-use purlin::workspace::{Workspace, WorkspaceRequirements};
-use purlin::{Context, DataType, Gpu, ReduceOpKind};
-use purlin_tests::{
-    POISON, fresh_rng, gpu_or_skip, random_elements, random_elements_parallel, reference_f32,
+use crate::support::{
+    assert_every_rank_passes, capture_graph, download, poisoned, upload, virtual_node,
+    virtual_node_failures,
 };
+use cudarc::driver::{CudaSlice, CudaStream};
+use purlin::collective::{self, Algorithm, Counts, Options, ReductionMode};
+use purlin::memory::Span;
+use purlin::workspace::WorkspaceRequirements;
+use purlin::{DataType, Gpu, ReduceOpKind};
+use purlin_tests::{POISON, fresh_rng, random_elements, random_elements_parallel, reference_f32};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::sync::Arc;
@@ -21,57 +22,8 @@ use std::time::Duration;
 
 const WORLDS: [u32; 3] = [2, 4, 8];
 
-/// Runs `body(ctx, stream)` on every rank of a virtual node of `world` ranks on `gpu`.
-pub(crate) fn virtual_node<R: Send>(
-    gpu: &Arc<Gpu>,
-    world: u32,
-    req: WorkspaceRequirements,
-    body: impl Fn(&mut Context, &Arc<CudaStream>) -> R + Sync,
-) -> Vec<R> {
-    let body = &body;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = InProcess::group(world)
-            .unwrap()
-            .into_iter()
-            .map(|b| {
-                let gpu = gpu.clone();
-                s.spawn(move || {
-                    let stream = gpu.new_stream().unwrap();
-                    let ws = Workspace::new(&b, DeviceAllocator::new(gpu.clone()), req).unwrap();
-                    let mut ctx = Context::new(b.rank(), b.world(), ws, &stream).unwrap();
-                    let out = body(&mut ctx, &stream);
-                    ctx.finalize().unwrap();
-                    out
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    })
-}
-
-fn upload(stream: &Arc<CudaStream>, bytes: &[u8]) -> CudaSlice<u8> {
-    if bytes.is_empty() {
-        stream.alloc_zeros::<u8>(16).unwrap()
-    } else {
-        stream.clone_htod(bytes).unwrap()
-    }
-}
-
-fn poisoned(stream: &Arc<CudaStream>, len: usize) -> CudaSlice<u8> {
-    upload(stream, &vec![POISON; len.max(16)])
-}
-
 fn span(buf: &CudaSlice<u8>, stream: &CudaStream) -> Span {
     Span::from_device(buf, stream)
-}
-
-fn download(stream: &Arc<CudaStream>, buf: &CudaSlice<u8>, len: usize) -> Vec<u8> {
-    let mut v = stream.clone_dtoh(buf).unwrap();
-    v.truncate(len);
-    v
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +99,7 @@ fn run_case(
     want: &[Vec<u8>],
     options: &Options,
 ) -> Vec<String> {
-    virtual_node(gpu, world, req, |ctx, stream| {
+    virtual_node_failures(gpu, world, req, |ctx, stream| {
         let r = ctx.rank() as usize;
         let src = upload(stream, &inputs[r]);
         let dst = poisoned(stream, want[r].len());
@@ -176,16 +128,11 @@ fn run_case(
             format!("rank {r}: output differs from byte {first}")
         })
     })
-    .into_iter()
-    .flatten()
-    .collect()
 }
 
 #[test]
 fn every_collective_matches_its_reference_on_the_virtual_node() {
-    let Some(gpu) = gpu_or_skip("collectives", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("collectives");
     let mut rng = fresh_rng("gpu collectives");
     let mut ran = std::collections::BTreeMap::<&str, usize>::new();
     for world in WORLDS {
@@ -263,9 +210,7 @@ fn every_collective_matches_its_reference_on_the_virtual_node() {
 
 #[test]
 fn deterministic_mode_is_bitwise_identical_across_plans_and_regimes() {
-    let Some(gpu) = gpu_or_skip("deterministic collectives", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("deterministic collectives");
     let mut rng = fresh_rng("gpu deterministic");
     let mut ran = 0;
     for world in [4u32, 8] {
@@ -342,9 +287,7 @@ fn v_counts(rng: &mut SmallRng, world: usize, max: u64) -> Vec<u64> {
 
 #[test]
 fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
-    let Some(gpu) = gpu_or_skip("V collectives", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("V collectives");
     let mut rng = fresh_rng("gpu v collectives");
     let dtype = DataType::F32;
     let mut ran = 0;
@@ -372,7 +315,7 @@ fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
             let mut r = SmallRng::seed_from_u64(seed ^ ((rank as u64) << 32) ^ round as u64);
             random_elements(&mut r, dtype, ReduceOpKind::Sum, n)
         };
-        let failures: Vec<String> = virtual_node(
+        assert_every_rank_passes(
             &gpu,
             world,
             WorkspaceRequirements::small(),
@@ -393,13 +336,8 @@ fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
                     (1, "reduce_scatter_v"),
                     (2, "all_to_all_v"),
                 ] {
-                    stream
-                        .begin_capture(
-                            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                        )
-                        .unwrap();
                     // SAFETY: the buffers hold the largest layout any round's counts describe.
-                    let captured = unsafe {
+                    let (graph, captured) = capture_graph(stream, || unsafe {
                         match kind {
                             0 => collective::all_gather_v_raw(
                                 ctx,
@@ -427,11 +365,7 @@ fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
                                 &Options::default(),
                             ),
                         }
-                    };
-                    let graph = stream
-                        .end_capture(sys::CUgraphInstantiate_flags(0))
-                        .unwrap()
-                        .expect("a graph was captured");
+                    });
                     if let Err(e) = captured {
                         failures.push(format!("{name} rank {r}: capture failed: {e}"));
                         continue;
@@ -492,11 +426,7 @@ fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
                 }
                 failures
             },
-        )
-        .into_iter()
-        .flatten()
-        .collect();
-        assert!(failures.is_empty(), "world {world}: {failures:?}");
+        );
         ran += 3 * rounds.len();
     }
     println!("V collective graph replays checked (3 kinds x 3 rounds of counts): {ran} per rank");
@@ -504,9 +434,7 @@ fn v_collectives_match_references_and_replay_in_graphs_with_new_counts() {
 
 #[test]
 fn graph_captured_all_reduce_replays_100_times_with_fresh_inputs() {
-    let Some(gpu) = gpu_or_skip("graph replay", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("graph replay");
     let seed: u64 = fresh_rng("gpu graph replay").random();
     let (dtype, op, count) = (DataType::Bf16, ReduceOpKind::Sum, 96 * 1024usize);
     for world in [2u32, 8] {
@@ -515,7 +443,7 @@ fn graph_captured_all_reduce_replays_100_times_with_fresh_inputs() {
             let mut r = SmallRng::seed_from_u64(seed ^ ((rank as u64) << 40) ^ it as u64);
             random_elements(&mut r, dtype, op, count)
         };
-        let failures: Vec<String> = virtual_node(
+        assert_every_rank_passes(
             &gpu,
             world,
             WorkspaceRequirements::default(),
@@ -525,11 +453,8 @@ fn graph_captured_all_reduce_replays_100_times_with_fresh_inputs() {
                 let dst = poisoned(stream, count * 2);
                 let (s, d) = (span(&src, stream), span(&dst, stream));
                 // Capture one AllReduce into a graph.
-                stream
-                    .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                    .unwrap();
                 // SAFETY: both buffers hold `count` bf16 and outlive every replay.
-                let captured = unsafe {
+                let (graph, captured) = capture_graph(stream, || unsafe {
                     collective::all_reduce_raw(
                         ctx,
                         dtype,
@@ -539,11 +464,7 @@ fn graph_captured_all_reduce_replays_100_times_with_fresh_inputs() {
                         count as u64,
                         &Options::default(),
                     )
-                };
-                let graph = stream
-                    .end_capture(sys::CUgraphInstantiate_flags(0))
-                    .unwrap()
-                    .expect("a graph was captured");
+                });
                 if let Err(e) = captured {
                     return Some(format!("rank {r}: capture failed: {e}"));
                 }
@@ -561,20 +482,14 @@ fn graph_captured_all_reduce_replays_100_times_with_fresh_inputs() {
                 }
                 None
             },
-        )
-        .into_iter()
-        .flatten()
-        .collect();
-        assert!(failures.is_empty(), "world {world}: {failures:?}");
+        );
     }
     println!("graph replays checked: 2 worlds x 100 replays");
 }
 
 #[test]
 fn fused_kernel_matches_the_host_launched_all_gather() {
-    let Some(gpu) = gpu_or_skip("fused all_gather", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("fused all_gather");
     let module =
         purlin::module::Module::load(&gpu, purlin_examples::fused_kernel_ptx(gpu.arch())).unwrap();
     let (threads, smem) = collective::kernel_shape(gpu.arch());
@@ -670,9 +585,7 @@ fn fused_kernel_matches_the_host_launched_all_gather() {
 
 #[test]
 fn a_rank_that_never_launches_is_a_timeout_naming_it() {
-    let Some(gpu) = gpu_or_skip("missing rank", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("missing rank");
     let world = 4u32;
     let absent = 3u32;
     let results = virtual_node(

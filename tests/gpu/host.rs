@@ -10,7 +10,7 @@ use purlin::memory::{DeviceAllocator, HostAllocator, Span};
 use purlin::p2p::Window;
 use purlin::workspace::{Workspace, WorkspaceRequirements};
 use purlin::{Context, Error, Gpu};
-use purlin_tests::{device_addr, gpu_or_skip};
+use purlin_tests::device_addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,9 +49,7 @@ fn make_and_destroy(gpu: &Arc<Gpu>, b: &InProcess, by_drop: bool) -> purlin::Res
 
 #[test]
 fn virtual_node_contexts_created_and_destroyed_100_times_leak_nothing() {
-    let Some(gpu) = gpu_or_skip("virtual node lifecycle", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("virtual node lifecycle");
     for world in [2u32, 4, 8] {
         // Warm up (module load, streams, allocator pools) before measuring.
         run_in_process(world, |b| make_and_destroy(&gpu, &b, false)).unwrap();
@@ -151,9 +149,7 @@ const P2P_SIZES: [usize; 9] = [
 
 #[test]
 fn virtual_node_p2p_1_byte_to_256_mib() {
-    let Some(gpu) = gpu_or_skip("virtual node p2p", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("virtual node p2p");
     let n = p2p_two_ranks([gpu.clone(), gpu.clone()], &P2P_SIZES, &[None], false);
     println!("virtual node p2p: {n} transfers verified (native Atom, host wait)");
     // Every Atom this GPU runs, small and mid sizes, stream-ordered wait.
@@ -164,9 +160,7 @@ fn virtual_node_p2p_1_byte_to_256_mib() {
 
 #[test]
 fn two_gpus_p2p_when_present() {
-    let Some(gpu0) = gpu_or_skip("two-GPU p2p", None) else {
-        return;
-    };
+    let gpu0 = gpu_or_return!("two-GPU p2p");
     let gpu1 = match Gpu::open(1) {
         Ok(g) => g,
         Err(e) => {
@@ -180,9 +174,7 @@ fn two_gpus_p2p_when_present() {
 
 #[test]
 fn typed_launch_and_architecture_choice() {
-    let Some(gpu) = gpu_or_skip("typed launch", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("typed launch");
     // The original's ARCH values: the device's own loads (cached: the module is already
     // loaded), newer ones are refused before anything is loaded. (Older ones load their PTX
     // through the driver's JIT, which the Atom tests exercise.)
@@ -259,9 +251,7 @@ fn typed_launch_and_architecture_choice() {
 
 #[test]
 fn context_new_checks_devices() {
-    let Some(gpu) = gpu_or_skip("context device checks", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("context device checks");
     let stream = gpu.new_stream().unwrap();
     // A host workspace with a GPU stream, and a device workspace as a host context.
     let b = InProcess::group(1).unwrap().remove(0);
@@ -300,9 +290,7 @@ fn context_new_checks_devices() {
 /// at the driver's 1024 bytes, below the ReduceScatter kernels' 1056 and 1072.
 #[test]
 fn opening_a_gpu_reserves_the_local_memory_every_kernel_needs() {
-    let Some(gpu) = gpu_or_skip("local memory reservation", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("local memory reservation");
     gpu.load_atom_kernels().unwrap();
     let limit = gpu
         .context()

@@ -7,14 +7,14 @@
 //! Also: a mixed sequence captured into one CUDA graph per rank and replayed 20 times with fresh
 //! inputs, and 10 000 small mixed calls back to back on eight ranks.
 
-use crate::collectives::virtual_node;
-use cudarc::driver::{CudaSlice, CudaStream, sys};
+use crate::support::{capture_graph, virtual_node, virtual_node_failures};
+use cudarc::driver::{CudaSlice, CudaStream};
 use purlin::collective::{self, CollectiveKind, Counts, Options};
 use purlin::memory::Span;
 use purlin::workspace::WorkspaceRequirements;
 use purlin::{Context, Gpu};
 use purlin_tests::sequence::{Bands, GUARD, Knobs, Step};
-use purlin_tests::{POISON, fresh_rng, gpu_or_skip};
+use purlin_tests::{POISON, fresh_rng};
 use rand::RngExt;
 use rand::rngs::SmallRng;
 use std::sync::Arc;
@@ -451,9 +451,7 @@ fn queued(
     plans: &[bool],
     expect: Expect,
 ) {
-    let Some(gpu) = gpu_or_skip(name, None) else {
-        return;
-    };
+    let gpu = gpu_or_return!(name);
     let mut rng = fresh_rng(name);
     let start = Instant::now();
     let (mut calls, mut outputs, mut failed_sequences) = (0, 0, 0);
@@ -567,9 +565,7 @@ fn queued_mixed_sequences_with_interleaved_pinned_uploads_match_their_references
 /// times, with fresh inputs (and fresh V counts within the same bounds) before each replay.
 #[test]
 fn a_captured_mixed_sequence_replays_20_times_with_fresh_inputs() {
-    let Some(gpu) = gpu_or_skip("queued graph replay", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("queued graph replay");
     let mut rng = fresh_rng("gpu queued graph replay");
     let world = 4u32;
     let (req, bands) = configs(world)[1];
@@ -599,7 +595,7 @@ fn a_captured_mixed_sequence_replays_20_times_with_fresh_inputs() {
             (redrawn, inputs)
         })
         .collect();
-    let failures: Vec<String> = virtual_node(&gpu, world, req, |ctx, stream| {
+    let failures: Vec<String> = virtual_node_failures(&gpu, world, req, |ctx, stream| {
         ctx.set_timeout(Duration::from_secs(5));
         let r = ctx.rank();
         // Buffers sized for the captured (largest) counts.
@@ -611,17 +607,12 @@ fn a_captured_mixed_sequence_replays_20_times_with_fresh_inputs() {
             })
             .collect();
         stream.synchronize().unwrap();
-        stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .unwrap();
-        let captured: purlin::Result<()> = steps
-            .iter()
-            .zip(&bufs)
-            .try_for_each(|(s, b)| launch(ctx, stream, s, b));
-        let graph = stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .unwrap()
-            .expect("a graph was captured");
+        let (graph, captured): (_, purlin::Result<()>) = capture_graph(stream, || {
+            steps
+                .iter()
+                .zip(&bufs)
+                .try_for_each(|(s, b)| launch(ctx, stream, s, b))
+        });
         if let Err(e) = captured {
             return vec![format!("rank {r}: capture failed: {e}")];
         }
@@ -657,10 +648,7 @@ fn a_captured_mixed_sequence_replays_20_times_with_fresh_inputs() {
             }
         }
         errors
-    })
-    .into_iter()
-    .flatten()
-    .collect();
+    });
     println!("queued graph replays: 20 replays x 24 calls x {world} ranks checked");
     assert!(failures.is_empty(), "{failures:#?}");
 }
@@ -669,9 +657,7 @@ fn a_captured_mixed_sequence_replays_20_times_with_fresh_inputs() {
 /// checked. Buffers are carved out of one slab per rank so that only collectives are queued.
 #[test]
 fn ten_thousand_small_mixed_calls_back_to_back() {
-    let Some(gpu) = gpu_or_skip("ten thousand small calls", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("ten thousand small calls");
     let mut rng = fresh_rng("gpu ten thousand small calls");
     let world = 8u32;
     let calls = 10_000usize;
@@ -688,7 +674,7 @@ fn ten_thousand_small_mixed_calls_back_to_back() {
     let (steps, inputs) = random_sequence(&mut rng, world, calls, &bands, &knobs);
     let align = |n: usize| (n + GUARD).div_ceil(256) * 256;
     let start = Instant::now();
-    let failures: Vec<String> = virtual_node(
+    let failures: Vec<String> = virtual_node_failures(
         &gpu,
         world,
         WorkspaceRequirements::small(),
@@ -746,10 +732,7 @@ fn ten_thousand_small_mixed_calls_back_to_back() {
             }
             errors
         },
-    )
-    .into_iter()
-    .flatten()
-    .collect();
+    );
     println!(
         "{calls} small mixed calls x {world} ranks back to back checked in {:?}",
         start.elapsed()

@@ -3,58 +3,63 @@
 //! naming both ranks and the field within 100 ms), and a refusing rank stopping its peers within
 //! 100 ms — with a 10 s wait bound, so none of it is a timeout.
 
-use crate::collectives::virtual_node;
-use purlin::Error;
+use crate::support::{assert_every_rank_passes, virtual_node};
+use cudarc::driver::CudaStream;
 use purlin::collective::{self, Counts, Options};
 use purlin::memory::Span;
 use purlin::workspace::WorkspaceRequirements;
-use purlin::{DataType, ReduceOpKind};
-use purlin_tests::gpu_or_skip;
+use purlin::{Context, DataType, Error, Gpu, ReduceOpKind};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BOUND: Duration = Duration::from_millis(100);
+
+/// A virtual node of `world` ranks on the small workspace whose waits end after 10 s, so a
+/// fault that does not spread shows as a missed `BOUND`, never as a hang.
+fn virtual_node_with_wait_bound<R: Send>(
+    gpu: &Arc<Gpu>,
+    world: u32,
+    body: impl Fn(&mut Context, &Arc<CudaStream>) -> R + Sync,
+) -> Vec<R> {
+    virtual_node(gpu, world, WorkspaceRequirements::small(), |ctx, stream| {
+        ctx.set_timeout(Duration::from_secs(10));
+        body(ctx, stream)
+    })
+}
 
 /// AllGatherV whose counts need more than rank 1's output span: rank 1 refuses (naming the
 /// count), the others stop through its abort record, and the bytes past rank 1's span stay as
 /// they were.
 #[test]
 fn v_counts_past_the_output_are_refused_and_spread_within_100_ms() {
-    let Some(gpu) = gpu_or_skip("gpu v counts past capacity", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("gpu v counts past capacity");
     let world = 4u32;
-    let outcomes = virtual_node(
-        &gpu,
-        world,
-        WorkspaceRequirements::small(),
-        |ctx, stream| {
-            ctx.set_timeout(Duration::from_secs(10));
-            let r = ctx.rank();
-            let count = 1000u64;
-            let src = stream.clone_htod(&vec![r as u8; 4000]).unwrap();
-            let dst = stream.clone_htod(&vec![0xa5u8; 16000 + 4096]).unwrap();
-            let counts = stream.clone_htod(&vec![count; world as usize]).unwrap();
-            stream.synchronize().unwrap();
-            // Rank 1 declares an output of 1 KiB: the counts need 16 000 bytes.
-            let dst_bytes = if r == 1 { 1024 } else { 16000 };
-            let d = Span::new(Span::from_device(&dst, stream).addr, dst_bytes);
-            let s = Span::from_device(&src, stream);
-            let c = Counts {
-                addr: Span::from_device(&counts, stream).addr,
-                max_count: count,
-            };
-            let started = Instant::now();
-            // SAFETY: the spans lie inside live buffers of this rank's stream, which outlive the
-            // synchronise; the kernel checks the counts against the spans.
-            let launched = unsafe {
-                collective::all_gather_v_raw(ctx, DataType::F32, d, s, c, &Options::default())
-            };
-            let synced = launched.and_then(|()| ctx.synchronize());
-            let elapsed = started.elapsed();
-            let after = stream.clone_dtoh(&dst).unwrap();
-            (r, synced, elapsed, after)
-        },
-    );
+    let outcomes = virtual_node_with_wait_bound(&gpu, world, |ctx, stream| {
+        let r = ctx.rank();
+        let count = 1000u64;
+        let src = stream.clone_htod(&vec![r as u8; 4000]).unwrap();
+        let dst = stream.clone_htod(&vec![0xa5u8; 16000 + 4096]).unwrap();
+        let counts = stream.clone_htod(&vec![count; world as usize]).unwrap();
+        stream.synchronize().unwrap();
+        // Rank 1 declares an output of 1 KiB: the counts need 16 000 bytes.
+        let dst_bytes = if r == 1 { 1024 } else { 16000 };
+        let d = Span::new(Span::from_device(&dst, stream).addr, dst_bytes);
+        let s = Span::from_device(&src, stream);
+        let c = Counts {
+            addr: Span::from_device(&counts, stream).addr,
+            max_count: count,
+        };
+        let started = Instant::now();
+        // SAFETY: the spans lie inside live buffers of this rank's stream, which outlive the
+        // synchronise; the kernel checks the counts against the spans.
+        let launched = unsafe {
+            collective::all_gather_v_raw(ctx, DataType::F32, d, s, c, &Options::default())
+        };
+        let synced = launched.and_then(|()| ctx.synchronize());
+        let elapsed = started.elapsed();
+        let after = stream.clone_dtoh(&dst).unwrap();
+        (r, synced, elapsed, after)
+    });
     for (r, result, elapsed, after) in outcomes {
         assert!(elapsed < BOUND, "rank {r}: {elapsed:?} ({result:?})");
         match (r, &result) {
@@ -83,28 +88,20 @@ fn v_counts_past_the_output_are_refused_and_spread_within_100_ms() {
 /// size, within 100 ms.
 #[test]
 fn ranks_whose_calls_differ_are_named_within_100_ms() {
-    let Some(gpu) = gpu_or_skip("gpu digest mismatch", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("gpu digest mismatch");
     for world in [2u32, 8] {
-        let outcomes = virtual_node(
-            &gpu,
-            world,
-            WorkspaceRequirements::small(),
-            |ctx, stream| {
-                ctx.set_timeout(Duration::from_secs(10));
-                let r = ctx.rank();
-                // Rank 0 reduces 64 Ki floats, every other rank 32 Ki.
-                let count = if r == 0 { 64 << 10 } else { 32 << 10 };
-                let src = stream.alloc_zeros::<f32>(64 << 10).unwrap();
-                let mut dst = stream.alloc_zeros::<f32>(64 << 10).unwrap();
-                stream.synchronize().unwrap();
-                let started = Instant::now();
-                let synced = collective::all_reduce(ctx, &src, &mut dst, count, ReduceOpKind::Sum)
-                    .and_then(|()| ctx.synchronize());
-                (r, synced, started.elapsed())
-            },
-        );
+        let outcomes = virtual_node_with_wait_bound(&gpu, world, |ctx, stream| {
+            let r = ctx.rank();
+            // Rank 0 reduces 64 Ki floats, every other rank 32 Ki.
+            let count = if r == 0 { 64 << 10 } else { 32 << 10 };
+            let src = stream.alloc_zeros::<f32>(64 << 10).unwrap();
+            let mut dst = stream.alloc_zeros::<f32>(64 << 10).unwrap();
+            stream.synchronize().unwrap();
+            let started = Instant::now();
+            let synced = collective::all_reduce(ctx, &src, &mut dst, count, ReduceOpKind::Sum)
+                .and_then(|()| ctx.synchronize());
+            (r, synced, started.elapsed())
+        });
         let mut named = 0;
         for (r, result, elapsed) in outcomes {
             assert!(
@@ -136,12 +133,10 @@ fn ranks_whose_calls_differ_are_named_within_100_ms() {
 /// workspace counts the ranks that share this GPU (all of them, here), which caps the blocks.
 #[test]
 fn host_checks_refuse_before_launching_and_count_the_ranks_on_this_gpu() {
-    let Some(gpu) = gpu_or_skip("host checks", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("host checks");
     let threads = purlin::collective::atom_threads(gpu.arch());
     for world in [2u32, 4] {
-        let failures: Vec<String> = virtual_node(
+        assert_every_rank_passes(
             &gpu,
             world,
             WorkspaceRequirements::small(),
@@ -197,11 +192,7 @@ fn host_checks_refuse_before_launching_and_count_the_ranks_on_this_gpu() {
                 }
                 failures
             },
-        )
-        .into_iter()
-        .flatten()
-        .collect();
-        assert!(failures.is_empty(), "world {world}: {failures:?}");
+        );
     }
     println!("host checks refused the foreign buffer and the oversized block at worlds 2 and 4");
 }
@@ -213,9 +204,7 @@ fn host_checks_refuse_before_launching_and_count_the_ranks_on_this_gpu() {
 /// no bound: this test hung in its first `synchronize`.
 #[test]
 fn a_stream_wait_whose_signal_never_comes_times_out_and_tears_down() {
-    let Some(gpu) = gpu_or_skip("bounded stream wait", None) else {
-        return;
-    };
+    let gpu = gpu_or_return!("bounded stream wait");
     let bound = Duration::from_millis(200);
     let outcomes = virtual_node(&gpu, 2, WorkspaceRequirements::small(), |ctx, stream| {
         ctx.set_timeout(bound);

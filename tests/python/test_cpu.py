@@ -19,6 +19,7 @@ import pytest
 
 import purlin
 from purlin import _bootstrap, _native
+from rank_threads import run_ranks
 
 STUB = pathlib.Path(_native.__file__).with_name("_native.pyi")
 
@@ -380,25 +381,6 @@ class MemoryStore:
             return self.data.pop(key, None) is not None
 
 
-def run_ranks(world, body, ranks=None):
-    """Runs body(rank) on a thread per rank (of `ranks`); returns results or exceptions."""
-    ranks = list(range(world)) if ranks is None else ranks
-    out: dict = {}
-
-    def go(r):
-        try:
-            out[r] = body(r)
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
-            out[r] = e
-
-    threads = [threading.Thread(target=go, args=(r,)) for r in ranks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
-
-
 def test_store_exchange_gathers_in_rank_order_and_cleans_up():
     store = MemoryStore()
 
@@ -409,7 +391,7 @@ def test_store_exchange_gathers_in_rank_order_and_cleans_up():
         third = ex(b"x%d" % rank)
         return first, second, third
 
-    out = run_ranks(3, body)
+    out = run_ranks(range(3), body)
     for rank in range(3):
         first, second, third = out[rank]
         assert first == [b"\x00", b"\x01\x01", b"\x02\x02\x02"]
@@ -425,7 +407,7 @@ def test_store_exchange_names_the_rank_that_never_comes():
     def body(rank):
         return _bootstrap.StoreExchange(store, rank, 3, "purlin/test/1", timeout=0.5)(b"hi")
 
-    out = run_ranks(3, body, ranks=[0, 2])
+    out = run_ranks([0, 2], body)
     for rank in (0, 2):
         assert isinstance(out[rank], TimeoutError), out[rank]
         assert "rank(s) 1 of the group (of 3)" in str(out[rank])
@@ -452,7 +434,7 @@ def test_native_workspace_setup_runs_over_the_python_exchange(world):
         ex = _bootstrap.StoreExchange(store, rank, world, f"purlin/ws/{world}", timeout=20)
         return _native._host_workspace_addresses(rank, world, ex)
 
-    out = run_ranks(world, body)
+    out = run_ranks(range(world), body)
     addresses = [out[r] for r in range(world)]
     for a in addresses:
         assert not isinstance(a, BaseException), a
@@ -468,7 +450,7 @@ def test_native_workspace_setup_raises_the_exchanges_timeout_error():
         ex = _bootstrap.StoreExchange(store, rank, 3, "purlin/ws/missing", timeout=0.5)
         return _native._host_workspace_addresses(rank, 3, ex)
 
-    out = run_ranks(3, body, ranks=[0, 1])
+    out = run_ranks([0, 1], body)
     for rank in (0, 1):
         assert isinstance(out[rank], TimeoutError), out[rank]
         assert "rank(s) 2" in str(out[rank])

@@ -11,7 +11,6 @@ import pathlib
 import socket
 import subprocess
 import sys
-import threading
 from datetime import timedelta
 
 import pytest
@@ -23,6 +22,7 @@ if not dist.is_available():
 
 import purlin  # noqa: E402
 from purlin import _bootstrap, _native  # noqa: E402
+from rank_threads import run_ranks  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
 
@@ -31,23 +31,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def run_ranks(ranks, body):
-    out: dict = {}
-
-    def go(r):
-        try:
-            out[r] = body(r)
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
-            out[r] = e
-
-    threads = [threading.Thread(target=go, args=(r,)) for r in ranks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
 
 
 @pytest.fixture
