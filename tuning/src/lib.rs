@@ -235,7 +235,7 @@ mod tests {
     /// the benchmarks), so the two cannot drift apart.
     #[test]
     fn builtin_sm90_rows_are_the_h200_tuner_table() {
-        let tuned = Table::parse(include_str!("../../benches/sm90-h200.table")).unwrap();
+        let tuned = Table::parse(include_str!("../tables/sm90-h200.table")).unwrap();
         assert!(!tuned.is_empty());
         let builtin = Table::builtin();
         for t in &tuned {
