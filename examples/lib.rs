@@ -81,22 +81,21 @@ impl HostBuffer {
 /// ```
 pub fn fused_kernel_ptx(arch: purlin::ptx::Arch) -> &'static str {
     use purlin::ptx::Arch;
+    /// The build script's PTX file for one `sm_XX`.
+    macro_rules! ptx {
+        ($sm:literal) => {
+            include_str!(concat!(
+                env!("OUT_DIR"),
+                "/purlin_example_kernels.sm_",
+                $sm,
+                ".ptx"
+            ))
+        };
+    }
     match arch {
-        Arch::Sm70 => include_str!(concat!(
-            env!("OUT_DIR"),
-            "/purlin_example_kernels.sm_70.ptx"
-        )),
-        Arch::Sm80 => include_str!(concat!(
-            env!("OUT_DIR"),
-            "/purlin_example_kernels.sm_80.ptx"
-        )),
-        Arch::Sm90 => include_str!(concat!(
-            env!("OUT_DIR"),
-            "/purlin_example_kernels.sm_90.ptx"
-        )),
-        Arch::Sm100 => include_str!(concat!(
-            env!("OUT_DIR"),
-            "/purlin_example_kernels.sm_100.ptx"
-        )),
+        Arch::Sm70 => ptx!("70"),
+        Arch::Sm80 => ptx!("80"),
+        Arch::Sm90 => ptx!("90"),
+        Arch::Sm100 => ptx!("100"),
     }
 }

@@ -52,19 +52,7 @@ strip "$bundle"/bin/* 2>/dev/null || true
 # Precompiled sm_90 cubins of the embedded PTX (ptxas here), so the GPU machine's driver need not
 # JIT-compile them (PURLIN_CUBIN_DIR, see purlin::ptx::precompiled; run.sh sets it). Each cubin
 # carries the fingerprint of the PTX it was made from; a stale one is ignored.
-ptxas=$("$root/scripts/tools.sh" ptxas)
-mkdir -p "$bundle/cubin"
-for f in "$root"/target/ptx/*.sm_90.ptx; do
-  [ -f "$f" ] || continue
-  stem=$(basename "$f" .ptx)
-  "$ptxas" -arch=sm_90 "$f" -o "$bundle/cubin/$stem.cubin" &
-  python3 -c 'import sys
-h = 0xcbf29ce484222325
-for b in open(sys.argv[1], "rb").read():
-    h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
-print("%016x" % h)' "$f" >"$bundle/cubin/$stem.fingerprint"
-done
-wait
+"$root/scripts/cubins.sh" "$root/target/ptx" "$bundle/cubin"
 cp "$root/scripts/gpu-run.sh" "$bundle/run.sh"
 cp "$root/benches/torch_baseline.py" "$root/scripts/probe-blocking.py" "$bundle/"
 git rev-parse --short HEAD >"$bundle/COMMIT" 2>/dev/null || echo unknown >"$bundle/COMMIT"

@@ -17,20 +17,10 @@ PURLIN_WHEEL_DIR=$dir/wheels "$root/scripts/test-python.sh" -q
 cp tests/python/test_gpu.py tests/python/rank.sh "$dir/tests/"
 cp examples/python/quickstart.py "$dir/examples/python/"
 cp tests/python/gpu-run.sh "$dir/run.sh"
-ptxas=$("$root/scripts/tools.sh" ptxas)
 # The PTX the wheel embeds, as the host crate's build script left it in <target>/ptx.
 target=$(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-for f in "$target"/ptx/*.sm_90.ptx; do
-  [ -f "$f" ] || continue
-  stem=$(basename "$f" .ptx)
-  "$ptxas" -arch=sm_90 "$f" -o "$dir/cubin/$stem.cubin"
-  python3 -c 'import sys
-h = 0xcbf29ce484222325
-for b in open(sys.argv[1], "rb").read():
-    h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
-print("%016x" % h)' "$f" >"$dir/cubin/$stem.fingerprint"
-done
+"$root/scripts/cubins.sh" "$target/ptx" "$dir/cubin"
 git rev-parse --short HEAD >"$dir/COMMIT" 2>/dev/null || echo unknown >"$dir/COMMIT"
 git diff --quiet 2>/dev/null || echo "(with uncommitted changes)" >>"$dir/COMMIT"
 du -sh "$dir" | awk '{print "python GPU bundle: " $1}'

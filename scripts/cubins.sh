@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Precompiles every sm_90 PTX file of PTX_DIR into OUT_DIR with ptxas: <stem>.cubin beside
+# <stem>.fingerprint, the FNV-1a hash of the PTX it was made from (purlin::ptx::fingerprint),
+# so a GPU machine loads them instead of JIT-compiling the PTX (PURLIN_CUBIN_DIR, see
+# purlin::ptx::precompiled) and ignores a stale one.
+#     scripts/cubins.sh PTX_DIR OUT_DIR
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+ptx_dir=$1 out=$2
+ptxas=$("$root/scripts/tools.sh" ptxas)
+mkdir -p "$out"
+for f in "$ptx_dir"/*.sm_90.ptx; do
+  [ -f "$f" ] || continue
+  stem=$(basename "$f" .ptx)
+  "$ptxas" -arch=sm_90 "$f" -o "$out/$stem.cubin" &
+  python3 -c 'import sys
+h = 0xcbf29ce484222325
+for b in open(sys.argv[1], "rb").read():
+    h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+print("%016x" % h)' "$f" >"$out/$stem.fingerprint"
+done
+wait
