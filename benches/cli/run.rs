@@ -163,23 +163,14 @@ fn encode(dtype: DataType, v: f32, out: &mut [u8]) {
     }
 }
 
+/// The reference's operators, as Purlin documents them: max/min ignore a NaN and keep the
+/// earlier value on a tie.
 fn combine(op: ReduceOpKind, a: f32, b: f32) -> f32 {
+    let later_if = |takes_later: bool| if takes_later || a.is_nan() { b } else { a };
     match op {
         ReduceOpKind::Sum => a + b,
-        ReduceOpKind::Max => {
-            if b > a || a.is_nan() {
-                b
-            } else {
-                a
-            }
-        }
-        ReduceOpKind::Min => {
-            if b < a || a.is_nan() {
-                b
-            } else {
-                a
-            }
-        }
+        ReduceOpKind::Max => later_if(b > a),
+        ReduceOpKind::Min => later_if(b < a),
         ReduceOpKind::Prod => a * b,
     }
 }

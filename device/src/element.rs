@@ -78,122 +78,80 @@ pub trait Element: Copy + Send + Sync + 'static {
     fn from_bits_u32(bits: u32) -> Self;
 }
 
-macro_rules! vector_form {
-    ($lanes:literal, $bits:literal, $uint:ty) => {
-        type Lanes = [f32; $lanes];
-        #[inline(always)]
-        fn unpack(v: u128) -> [f32; $lanes] {
-            let mut out = [0.0f32; $lanes];
-            let mut i = 0;
-            while i < $lanes {
-                out[i] = Self::from_bits_u32(((v >> (i * $bits)) as $uint) as u32).to_f32();
-                i += 1;
+/// Implements [`Element`] for `$ty` (`DataType::$dtype`): `$lanes` lanes of `$bits`-bit
+/// `$uint` in a 16-byte vector; `bits`/`from_bits` give and take the raw `$uint`, `to_f32` and
+/// `from_f32` widen and narrow.
+macro_rules! element {
+    (
+        $ty:ident = $dtype:ident, $lanes:literal lanes of $bits:literal-bit $uint:ty,
+        bits: |$s:ident| $to_bits:expr, from_bits: |$raw:ident| $from_bits:expr,
+        to_f32: |$x:ident| $to_f32:expr, from_f32: |$v:ident| $from_f32:expr $(,)?
+    ) => {
+        impl Element for $ty {
+            const DTYPE: DataType = DataType::$dtype;
+            const LANES: usize = $lanes;
+            type Lanes = [f32; $lanes];
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                let $x = self;
+                $to_f32
             }
-            out
-        }
-        #[inline(always)]
-        fn pack(lanes: [f32; $lanes]) -> u128 {
-            let mut v = 0u128;
-            let mut i = 0;
-            while i < $lanes {
-                v |= ((Self::from_f32(lanes[i]).to_bits_u32() as $uint) as u128) << (i * $bits);
-                i += 1;
+            #[inline(always)]
+            fn from_f32($v: f32) -> Self {
+                $from_f32
             }
-            v
-        }
-        #[inline(always)]
-        fn to_bits_u32(self) -> u32 {
-            self.bits() as u32
-        }
-        #[inline(always)]
-        fn from_bits_u32(bits: u32) -> Self {
-            Self::with_bits(bits as $uint)
+            #[inline(always)]
+            fn unpack(v: u128) -> [f32; $lanes] {
+                let mut out = [0.0f32; $lanes];
+                let mut i = 0;
+                while i < $lanes {
+                    out[i] = Self::from_bits_u32(((v >> (i * $bits)) as $uint) as u32).to_f32();
+                    i += 1;
+                }
+                out
+            }
+            #[inline(always)]
+            fn pack(lanes: [f32; $lanes]) -> u128 {
+                let mut v = 0u128;
+                let mut i = 0;
+                while i < $lanes {
+                    v |= ((Self::from_f32(lanes[i]).to_bits_u32() as $uint) as u128) << (i * $bits);
+                    i += 1;
+                }
+                v
+            }
+            #[inline(always)]
+            fn to_bits_u32(self) -> u32 {
+                let $s = self;
+                let raw: $uint = $to_bits;
+                raw as u32
+            }
+            #[inline(always)]
+            fn from_bits_u32(bits: u32) -> Self {
+                let $raw = bits as $uint;
+                $from_bits
+            }
         }
     };
 }
 
-trait Bits: Sized {
-    type Raw;
-    fn bits(self) -> Self::Raw;
-    fn with_bits(raw: Self::Raw) -> Self;
+element! {
+    f32 = F32, 4 lanes of 32-bit u32,
+    bits: |x| x.to_bits(), from_bits: |raw| f32::from_bits(raw),
+    to_f32: |x| x, from_f32: |v| v,
 }
 
-impl Bits for f32 {
-    type Raw = u32;
-    #[inline(always)]
-    fn bits(self) -> u32 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn with_bits(raw: u32) -> Self {
-        f32::from_bits(raw)
-    }
+element! {
+    f16 = F16, 8 lanes of 16-bit u16,
+    bits: |x| x.to_bits(), from_bits: |raw| f16::from_bits(raw),
+    to_f32: |x| arch::f16_to_f32(x.to_bits()), from_f32: |v| f16::from_bits(arch::f32_to_f16(v)),
 }
 
-impl Element for f32 {
-    const DTYPE: DataType = DataType::F32;
-    const LANES: usize = 4;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    vector_form!(4, 32, u32);
-}
-
-impl Bits for f16 {
-    type Raw = u16;
-    #[inline(always)]
-    fn bits(self) -> u16 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn with_bits(raw: u16) -> Self {
-        f16::from_bits(raw)
-    }
-}
-
-impl Element for f16 {
-    const DTYPE: DataType = DataType::F16;
-    const LANES: usize = 8;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        arch::f16_to_f32(self.to_bits())
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        f16::from_bits(arch::f32_to_f16(v))
-    }
-    vector_form!(8, 16, u16);
-}
-
-impl Bits for bf16 {
-    type Raw = u16;
-    #[inline(always)]
-    fn bits(self) -> u16 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn with_bits(raw: u16) -> Self {
-        bf16::from_bits(raw)
-    }
-}
-
-impl Element for bf16 {
-    const DTYPE: DataType = DataType::Bf16;
-    const LANES: usize = 8;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f32::from_bits((self.to_bits() as u32) << 16)
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        bf16::from_bits(f32_to_bf16_bits(v))
-    }
-    vector_form!(8, 16, u16);
+element! {
+    bf16 = Bf16, 8 lanes of 16-bit u16,
+    bits: |x| x.to_bits(), from_bits: |raw| bf16::from_bits(raw),
+    to_f32: |x| f32::from_bits((x.to_bits() as u32) << 16),
+    from_f32: |v| bf16::from_bits(f32_to_bf16_bits(v)),
 }
 
 /// `f32` → bf16 bits, round to nearest even: the `cvt.rn.bf16.f32` instruction where the
@@ -300,38 +258,17 @@ impl E5m2 {
     }
 }
 
-macro_rules! fp8_element {
-    ($ty:ident) => {
-        impl Bits for $ty {
-            type Raw = u8;
-            #[inline(always)]
-            fn bits(self) -> u8 {
-                self.0
-            }
-            #[inline(always)]
-            fn with_bits(raw: u8) -> Self {
-                Self(raw)
-            }
-        }
-
-        impl Element for $ty {
-            const DTYPE: DataType = DataType::$ty;
-            const LANES: usize = 16;
-            #[inline(always)]
-            fn to_f32(self) -> f32 {
-                $ty::to_f32(self)
-            }
-            #[inline(always)]
-            fn from_f32(v: f32) -> Self {
-                $ty::from_f32(v)
-            }
-            vector_form!(16, 8, u8);
-        }
-    };
+element! {
+    E4m3 = E4m3, 16 lanes of 8-bit u8,
+    bits: |x| x.0, from_bits: |raw| E4m3(raw),
+    to_f32: |x| E4m3::to_f32(x), from_f32: |v| E4m3::from_f32(v),
 }
 
-fp8_element!(E4m3);
-fp8_element!(E5m2);
+element! {
+    E5m2 = E5m2, 16 lanes of 8-bit u8,
+    bits: |x| x.0, from_bits: |raw| E5m2(raw),
+    to_f32: |x| E5m2::to_f32(x), from_f32: |v| E5m2::from_f32(v),
+}
 
 #[cfg(test)]
 mod tests {
