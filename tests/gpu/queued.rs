@@ -101,30 +101,20 @@ unsafe fn launch_spans(
         addr: counts,
         max_count: step.max_count(),
     };
+    use collective::{all_gather_raw as ag, all_reduce_raw as ar, all_to_all_raw as a2a};
+    use collective::{all_gather_v_raw as agv, all_to_all_v_raw as a2av};
+    use collective::{reduce_scatter_raw as rs, reduce_scatter_v_raw as rsv};
+    let o = &options;
     // SAFETY: forwarded contract.
     unsafe {
         match step.kind {
-            CollectiveKind::AllReduce => {
-                collective::all_reduce_raw(ctx, dtype, op, dst, src, count, &options)
-            }
-            CollectiveKind::AllGather => {
-                collective::all_gather_raw(ctx, dtype, dst, src, count, &options)
-            }
-            CollectiveKind::ReduceScatter => {
-                collective::reduce_scatter_raw(ctx, dtype, op, dst, src, count, &options)
-            }
-            CollectiveKind::AllToAll => {
-                collective::all_to_all_raw(ctx, dtype, dst, src, count, &options)
-            }
-            CollectiveKind::AllGatherV => {
-                collective::all_gather_v_raw(ctx, dtype, dst, src, counts, &options)
-            }
-            CollectiveKind::ReduceScatterV => {
-                collective::reduce_scatter_v_raw(ctx, dtype, op, dst, src, counts, &options)
-            }
-            CollectiveKind::AllToAllV => {
-                collective::all_to_all_v_raw(ctx, dtype, dst, src, counts, &options)
-            }
+            CollectiveKind::AllReduce => ar(ctx, dtype, op, dst, src, count, o),
+            CollectiveKind::AllGather => ag(ctx, dtype, dst, src, count, o),
+            CollectiveKind::ReduceScatter => rs(ctx, dtype, op, dst, src, count, o),
+            CollectiveKind::AllToAll => a2a(ctx, dtype, dst, src, count, o),
+            CollectiveKind::AllGatherV => agv(ctx, dtype, dst, src, counts, o),
+            CollectiveKind::ReduceScatterV => rsv(ctx, dtype, op, dst, src, counts, o),
+            CollectiveKind::AllToAllV => a2av(ctx, dtype, dst, src, counts, o),
         }
     }
 }
