@@ -1,6 +1,7 @@
-//! Builds the two kernel crates to PTX for sm_70, sm_80, sm_90 and sm_100 — `device/kernels`
-//! (the collectives) and `device/atom-kernels` (grid-wide Atom kernels for tests and
-//! benchmarks) — compresses each file into OUT_DIR for embedding, and leaves a plain copy in
+//! Builds the two kernel crates to PTX for every architecture of `purlin_builder::Arch` —
+//! `device/kernels` (the collectives) and `device/atom-kernels` (grid-wide Atom kernels for
+//! tests and benchmarks) — compresses each file into OUT_DIR for embedding, writes the tables
+//! that embed them (`embedded_ptx.rs`, included by `src/ptx.rs`), and leaves a plain copy in
 //! `<target>/ptx/` for `ptxas` checks.
 
 use purlin_builder::{Arch, Builder};
@@ -11,7 +12,21 @@ fn main() {
     );
     let plain = purlin_builder::target_dir_from_out_dir(&out).join("ptx");
     std::fs::create_dir_all(&plain).expect("create <target>/ptx");
-    for krate in ["../device/kernels", "../device/atom-kernels"] {
+    let mut tables = String::new();
+    for (krate, table, stem) in [
+        ("../device/kernels", "KERNELS", "purlin_kernels"),
+        (
+            "../device/atom-kernels",
+            "ATOM_KERNELS",
+            "purlin_atom_kernels",
+        ),
+    ] {
+        tables += &format!("static {table}: [EmbeddedPtx; {}] = [\n", Arch::ALL.len());
+        for arch in Arch::ALL {
+            let file = format!("{stem}.{}", arch.name());
+            tables += &format!("    embedded!({arch:?}, \"{file}\", \"{file}.ptx.deflate\"),\n");
+        }
+        tables += "];\n";
         let builder = Builder::new(krate)
             .watch("../device/src")
             .watch("../device/Cargo.toml");
@@ -34,4 +49,5 @@ fn main() {
             std::fs::copy(&ptx.path, plain.join(&name)).expect("copy PTX to <target>/ptx");
         }
     }
+    std::fs::write(out.join("embedded_ptx.rs"), tables).expect("write the embedding tables");
 }

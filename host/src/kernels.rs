@@ -3,9 +3,10 @@
 //! every part of the host (the GPU handle that fetches the kernels, the collectives that
 //! launch them) can use it.
 
+use crate::atom::kind::AtomKind;
 use crate::ptx::{self, Arch};
 use purlin_device::element::DataType;
-use purlin_device::snac::{CollectiveKind, smem_bytes};
+use purlin_device::snac::CollectiveKind;
 
 /// The purlin-kernels entry point of [`Window::wait_on_stream`](crate::p2p::Window::wait_on_stream).
 pub(crate) const WINDOW_WAIT_KERNEL: &str = "purlin_window_wait";
@@ -37,26 +38,14 @@ pub fn kernel_shape(arch: Arch) -> (u32, u32) {
 
 /// [`kernel_shape`] as the Atom constants give it (what the kernels export, recomputed).
 fn derived_shape(arch: Arch) -> (u32, u32) {
-    use purlin_device::atom::{Atom, Sm70, Sm80, Sm90, Sm100};
-    let (threads, smem) = match arch {
-        Arch::Sm70 => (Sm70::THREADS, smem_bytes::<Sm70>()),
-        Arch::Sm80 => (Sm80::THREADS, smem_bytes::<Sm80>()),
-        Arch::Sm90 => (Sm90::THREADS, smem_bytes::<Sm90>()),
-        Arch::Sm100 => (Sm100::THREADS, smem_bytes::<Sm100>()),
-    };
-    (threads.min(256), smem)
+    let atom = AtomKind::native(arch);
+    (atom.threads().min(256), atom.collective_smem_bytes())
 }
 
 /// The most threads per block a kernel that calls a collective may have on `arch`: what its
 /// native Atom's shared memory is laid out for.
 pub fn atom_threads(arch: Arch) -> u32 {
-    use purlin_device::atom::{Atom, Sm70, Sm80, Sm90, Sm100};
-    match arch {
-        Arch::Sm70 => Sm70::THREADS,
-        Arch::Sm80 => Sm80::THREADS,
-        Arch::Sm90 => Sm90::THREADS,
-        Arch::Sm100 => Sm100::THREADS,
-    }
+    AtomKind::native(arch).threads()
 }
 
 /// Every purlin-kernels entry point a call (or a window's stream wait) can launch, each once.

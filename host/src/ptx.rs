@@ -48,51 +48,9 @@ macro_rules! embedded {
     };
 }
 
-static KERNELS: [EmbeddedPtx; 4] = [
-    embedded!(
-        Sm70,
-        "purlin_kernels.sm_70",
-        "purlin_kernels.sm_70.ptx.deflate"
-    ),
-    embedded!(
-        Sm80,
-        "purlin_kernels.sm_80",
-        "purlin_kernels.sm_80.ptx.deflate"
-    ),
-    embedded!(
-        Sm90,
-        "purlin_kernels.sm_90",
-        "purlin_kernels.sm_90.ptx.deflate"
-    ),
-    embedded!(
-        Sm100,
-        "purlin_kernels.sm_100",
-        "purlin_kernels.sm_100.ptx.deflate"
-    ),
-];
-
-static ATOM_KERNELS: [EmbeddedPtx; 4] = [
-    embedded!(
-        Sm70,
-        "purlin_atom_kernels.sm_70",
-        "purlin_atom_kernels.sm_70.ptx.deflate"
-    ),
-    embedded!(
-        Sm80,
-        "purlin_atom_kernels.sm_80",
-        "purlin_atom_kernels.sm_80.ptx.deflate"
-    ),
-    embedded!(
-        Sm90,
-        "purlin_atom_kernels.sm_90",
-        "purlin_atom_kernels.sm_90.ptx.deflate"
-    ),
-    embedded!(
-        Sm100,
-        "purlin_atom_kernels.sm_100",
-        "purlin_atom_kernels.sm_100.ptx.deflate"
-    ),
-];
+// `static KERNELS` and `static ATOM_KERNELS`: one `embedded!` per architecture, written by
+// the build script from `Arch::ALL`.
+include!(concat!(env!("OUT_DIR"), "/embedded_ptx.rs"));
 
 /// The embedded PTX of the collectives for `arch`.
 ///
@@ -207,7 +165,8 @@ pub fn exported_u32(ptx: &str, name: &str) -> Option<u32> {
     })
 }
 
-/// The architecture named by the original's `ARCH` template value (700, 800, 900, 1000).
+/// The architecture whose compute capability × 10 is `code` (700, 800, 900, 1000: the `ARCH`
+/// values of the benchmark binaries' kernel templates).
 ///
 /// ```
 /// use purlin::launch::arch_from_code;
@@ -216,11 +175,12 @@ pub fn exported_u32(ptx: &str, name: &str) -> Option<u32> {
 /// assert_eq!(arch_from_code(750), None);
 /// ```
 pub const fn arch_from_code(code: u32) -> Option<Arch> {
-    match code {
-        700 => Some(Arch::Sm70),
-        800 => Some(Arch::Sm80),
-        900 => Some(Arch::Sm90),
-        1000 => Some(Arch::Sm100),
-        _ => None,
+    let mut i = 0;
+    while i < Arch::ALL.len() {
+        if Arch::ALL[i].compute_capability() * 10 == code {
+            return Some(Arch::ALL[i]);
+        }
+        i += 1;
     }
+    None
 }

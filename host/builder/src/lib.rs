@@ -30,52 +30,76 @@ pub const TOOLCHAIN: &str = "nightly-2026-10-30";
 /// The LLVM target of NVIDIA GPUs.
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
-/// A GPU architecture Purlin builds for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Arch {
-    /// Volta (compute capability 7.0).
-    Sm70,
-    /// Ampere (8.0).
-    Sm80,
-    /// Hopper (9.0).
-    Sm90,
-    /// Blackwell (10.0).
-    Sm100,
+/// The one list of the architectures Purlin builds for, oldest first: each entry's [`Arch`]
+/// variant (also the name of its Atom in `purlin_device::atom`), its `-Ctarget-cpu` name, its
+/// compute capability and the PTX version its instructions need. Expands the macro `$then`
+/// with the list, so every per-architecture table on the host (the [`Arch`] methods, the
+/// host's Atom kinds) is generated from here.
+///
+/// ```
+/// macro_rules! count {
+///     ($($(#[$doc:meta])* $arch:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+///         [$($cc),*].len()
+///     };
+/// }
+/// assert_eq!(purlin_builder::for_each_arch!(count), purlin_builder::Arch::ALL.len());
+/// ```
+#[macro_export]
+macro_rules! for_each_arch {
+    ($then:ident) => {
+        $then! {
+            /// Volta (compute capability 7.0).
+            Sm70 = "sm_70", 70, None;
+            /// Ampere (8.0).
+            Sm80 = "sm_80", 80, None;
+            /// Hopper (9.0).
+            Sm90 = "sm_90", 90, Some("+ptx80");
+            /// Blackwell (10.0).
+            Sm100 = "sm_100", 100, Some("+ptx86");
+        }
+    };
 }
 
+/// Declares [`Arch`] from [`for_each_arch!`]'s list.
+macro_rules! declare_arch {
+    ($($(#[$doc:meta])* $arch:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+        /// A GPU architecture Purlin builds for.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Arch {
+            $($(#[$doc])* $arch,)*
+        }
+
+        impl Arch {
+            /// Every architecture, oldest first.
+            pub const ALL: [Arch; [$($cc),*].len()] = [$(Arch::$arch),*];
+
+            /// The `-Ctarget-cpu` value and file-name tag: `sm_90`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Arch::$arch => $name,)*
+                }
+            }
+
+            /// The compute capability, `major * 10 + minor`.
+            pub const fn compute_capability(self) -> u32 {
+                match self {
+                    $(Arch::$arch => $cc,)*
+                }
+            }
+
+            /// The PTX version the architecture's instructions need (LLVM defaults to 7.8).
+            pub const fn ptx_feature(self) -> Option<&'static str> {
+                match self {
+                    $(Arch::$arch => $ptx,)*
+                }
+            }
+        }
+    };
+}
+
+for_each_arch!(declare_arch);
+
 impl Arch {
-    /// Every architecture, oldest first.
-    pub const ALL: [Arch; 4] = [Arch::Sm70, Arch::Sm80, Arch::Sm90, Arch::Sm100];
-
-    /// The `-Ctarget-cpu` value and file-name tag: `sm_90`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Arch::Sm70 => "sm_70",
-            Arch::Sm80 => "sm_80",
-            Arch::Sm90 => "sm_90",
-            Arch::Sm100 => "sm_100",
-        }
-    }
-
-    /// The compute capability, `major * 10 + minor`.
-    pub const fn compute_capability(self) -> u32 {
-        match self {
-            Arch::Sm70 => 70,
-            Arch::Sm80 => 80,
-            Arch::Sm90 => 90,
-            Arch::Sm100 => 100,
-        }
-    }
-
-    /// The PTX version the architecture's instructions need (LLVM defaults to 7.8).
-    pub const fn ptx_feature(self) -> Option<&'static str> {
-        match self {
-            Arch::Sm70 | Arch::Sm80 => None,
-            Arch::Sm90 => Some("+ptx80"),
-            Arch::Sm100 => Some("+ptx86"),
-        }
-    }
-
     /// The newest architecture whose code a device of compute capability `cc`
     /// (`major * 10 + minor`) can run, if any.
     ///

@@ -5,101 +5,13 @@
 use crate::error::{Error, Result, check_pointer};
 use crate::gpu::Gpu;
 use crate::launch::{KernelArgs, LaunchShape, launch_on};
-use crate::ptx::Arch;
-use cudarc::driver::CudaStream;
-use purlin_device::atom::{Atom, MAX_SOURCES, ReduceSources, Sm70, Sm80, Sm90, Sm100};
-use purlin_device::element::DataType;
-use purlin_device::op::ReduceOpKind;
 
-/// Which Atom a launch uses.
-///
-/// ```
-/// use purlin::atom::AtomKind;
-/// use purlin::ptx::Arch;
-/// assert_eq!(AtomKind::available_in(Arch::Sm90).count(), 3);
-/// assert_eq!(AtomKind::Sm80.threads(), 256);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum AtomKind {
-    /// 16-byte register copy/reduce.
-    Sm70,
-    /// `cp.async` shared-memory ring.
-    Sm80,
-    /// Bulk-copy engine + mbarrier for large copies, else the ring.
-    Sm90,
-    /// Sm90's datapath, built for Blackwell.
-    Sm100,
-}
+pub(crate) mod kind;
+use cudarc::driver::CudaStream;
+pub use kind::AtomKind;
 
 impl AtomKind {
-    /// Every Atom.
-    /// ```
-    /// assert_eq!(purlin::atom::AtomKind::ALL.len(), 4);
-    /// ```
-    pub const ALL: [AtomKind; 4] = [Self::Sm70, Self::Sm80, Self::Sm90, Self::Sm100];
-
-    /// The oldest architecture whose PTX contains this Atom.
-    /// ```
-    /// use purlin::{atom::AtomKind, ptx::Arch};
-    /// assert_eq!(AtomKind::Sm80.arch(), Arch::Sm80);
-    /// ```
-    pub const fn arch(self) -> Arch {
-        match self {
-            Self::Sm70 => Arch::Sm70,
-            Self::Sm80 => Arch::Sm80,
-            Self::Sm90 => Arch::Sm90,
-            Self::Sm100 => Arch::Sm100,
-        }
-    }
-
-    /// Threads per block.
-    /// ```
-    /// assert!(purlin::atom::AtomKind::Sm70.threads() >= 32);
-    /// ```
-    pub const fn threads(self) -> u32 {
-        match self {
-            Self::Sm70 => Sm70::THREADS,
-            Self::Sm80 => Sm80::THREADS,
-            Self::Sm90 => Sm90::THREADS,
-            Self::Sm100 => Sm100::THREADS,
-        }
-    }
-
-    /// Dynamic shared memory per block.
-    /// ```
-    /// assert_eq!(purlin::atom::AtomKind::Sm70.smem_bytes(), 0);
-    /// ```
-    pub const fn smem_bytes(self) -> u32 {
-        match self {
-            Self::Sm70 => Sm70::SMEM_BYTES,
-            Self::Sm80 => Sm80::SMEM_BYTES,
-            Self::Sm90 => Sm90::SMEM_BYTES,
-            Self::Sm100 => Sm100::SMEM_BYTES,
-        }
-    }
-
-    /// Short name (`sm70`, ...), as in kernel names.
-    /// ```
-    /// assert_eq!(purlin::atom::AtomKind::Sm90.name(), "sm90");
-    /// ```
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Sm70 => Sm70::NAME,
-            Self::Sm80 => Sm80::NAME,
-            Self::Sm90 => Sm90::NAME,
-            Self::Sm100 => Sm100::NAME,
-        }
-    }
-
-    /// The Atoms whose kernels the PTX of `arch` contains.
-    /// ```
-    /// use purlin::{atom::AtomKind, ptx::Arch};
-    /// assert_eq!(AtomKind::available_in(Arch::Sm70).collect::<Vec<_>>(), [AtomKind::Sm70]);
-    /// ```
-    pub fn available_in(arch: Arch) -> impl Iterator<Item = AtomKind> {
-        Self::ALL.into_iter().filter(move |a| a.arch() <= arch)
-    }
-
+    /// Refuses an Atom the GPU's loaded PTX does not contain.
     fn check(self, gpu: &Gpu) -> Result<()> {
         if self.arch() > gpu.arch() {
             return Err(Error::InvalidLaunch(format!(
@@ -112,6 +24,9 @@ impl AtomKind {
         Ok(())
     }
 }
+use purlin_device::atom::{MAX_SOURCES, ReduceSources};
+use purlin_device::element::DataType;
+use purlin_device::op::ReduceOpKind;
 
 /// How the blocks of an Atom launch share the range.
 ///
