@@ -81,21 +81,18 @@ impl HostBuffer {
 /// ```
 pub fn fused_kernel_ptx(arch: purlin::ptx::Arch) -> &'static str {
     use purlin::ptx::Arch;
-    /// The build script's PTX file for one `sm_XX`.
-    macro_rules! ptx {
-        ($sm:literal) => {
-            include_str!(concat!(
-                env!("OUT_DIR"),
-                "/purlin_example_kernels.sm_",
-                $sm,
-                ".ptx"
-            ))
+    // One arm per architecture of Purlin's list: the build script's PTX file for it.
+    macro_rules! by_arch {
+        ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+            match arch {
+                $(Arch::$arch => include_str!(concat!(
+                    env!("OUT_DIR"),
+                    "/purlin_example_kernels.",
+                    $name,
+                    ".ptx"
+                )),)*
+            }
         };
     }
-    match arch {
-        Arch::Sm70 => ptx!("70"),
-        Arch::Sm80 => ptx!("80"),
-        Arch::Sm90 => ptx!("90"),
-        Arch::Sm100 => ptx!("100"),
-    }
+    purlin::ptx::for_each_arch!(by_arch)
 }

@@ -3,7 +3,7 @@
 //! collectives ([`kernels`]), which every program loads, and the grid-wide Atom kernels of the
 //! tests and benchmarks ([`atom_kernels`]), loaded only when one of them is launched.
 
-pub use purlin_builder::Arch;
+pub use purlin_builder::{Arch, for_each_arch};
 use std::sync::OnceLock;
 
 /// The embedded PTX of one architecture.

@@ -92,23 +92,53 @@ macro_rules! atom {
 mod register;
 pub use register::Host;
 
-mod sm70;
-pub use sm70::Sm70;
+/// The one list of the architectures Purlin builds for, oldest first. Each entry: the
+/// architecture's name, which is also its Atom's (`Sm90`), the module of that Atom (`sm90`, also
+/// the Atom's short name in kernel names), its `-Ctarget-cpu` name and target feature
+/// (`"sm_90"`), its compute capability and the PTX version its instructions need. Expands the
+/// macro `$then` with the list, so the per-architecture tables — this crate's Atom modules and
+/// [`Native`], `purlin_builder::Arch`, the host's Atom kinds and embedded PTX — are generated
+/// from here: a new architecture is a line here, its Atom's file, and its line of grid-wide
+/// Atom kernels in `purlin-atom-kernels`.
+///
+/// ```
+/// macro_rules! count {
+///     ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+///         [$($cc),*].len()
+///     };
+/// }
+/// assert_eq!(purlin_device::for_each_arch!(count), 4);
+/// ```
+#[macro_export]
+macro_rules! for_each_arch {
+    ($then:ident) => {
+        $then! {
+            /// Volta (compute capability 7.0).
+            Sm70 in sm70 = "sm_70", 70, None;
+            /// Ampere (8.0).
+            Sm80 in sm80 = "sm_80", 80, None;
+            /// Hopper (9.0).
+            Sm90 in sm90 = "sm_90", 90, Some("+ptx80");
+            /// Blackwell (10.0).
+            Sm100 in sm100 = "sm_100", 100, Some("+ptx86");
+        }
+    };
+}
 
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_80"))]
-mod sm80;
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_80"))]
-pub use sm80::Sm80;
+/// Every architecture's Atom module, compiled on the host and for the architectures that can run
+/// it.
+macro_rules! atom_modules {
+    ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+        $(
+            #[cfg(any(not(target_arch = "nvptx64"), target_feature = $name))]
+            mod $module;
+            #[cfg(any(not(target_arch = "nvptx64"), target_feature = $name))]
+            pub use $module::$arch;
+        )*
+    };
+}
 
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
-mod sm90;
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
-pub use sm90::Sm90;
-
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_100"))]
-mod sm100;
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_100"))]
-pub use sm100::Sm100;
+for_each_arch!(atom_modules);
 
 /// The most sources one reduce takes (the most ranks Purlin supports).
 pub const MAX_SOURCES: usize = 16;
@@ -143,26 +173,26 @@ pub trait Atom {
     );
 }
 
-/// The best Atom for the architecture this crate is compiled for.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_100"))]
-pub type Native = Sm100;
-/// The best Atom for the architecture this crate is compiled for.
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    not(target_feature = "sm_100")
-))]
-pub type Native = Sm90;
-/// The best Atom for the architecture this crate is compiled for.
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_80",
-    not(target_feature = "sm_90")
-))]
-pub type Native = Sm80;
-/// The best Atom for the architecture this crate is compiled for.
-#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
-pub type Native = Sm70;
+/// [`Native`] on the GPU: the newest architecture whose target feature the build has.
+macro_rules! native_atom {
+    ($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr; $($later:tt)*) => {
+        native_atom!(@is $arch $name; $($later)*);
+        native_atom!($($later)*);
+    };
+    () => {};
+    (@is $arch:ident $name:literal;
+        $($(#[$d:meta])* $l:ident in $lm:ident = $later:literal, $lcc:literal, $lptx:expr;)*) => {
+        /// The best Atom for the architecture this crate is compiled for.
+        #[cfg(all(
+            target_arch = "nvptx64",
+            target_feature = $name,
+            not(any($(target_feature = $later),*))
+        ))]
+        pub type Native = $arch;
+    };
+}
+
+for_each_arch!(native_atom);
 /// The best Atom for the architecture this crate is compiled for.
 #[cfg(not(target_arch = "nvptx64"))]
 pub type Native = Host;

@@ -30,39 +30,23 @@ pub const TOOLCHAIN: &str = "nightly-2026-10-30";
 /// The LLVM target of NVIDIA GPUs.
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
-/// The one list of the architectures Purlin builds for, oldest first: each entry's [`Arch`]
-/// variant (also the name of its Atom in `purlin_device::atom`), its `-Ctarget-cpu` name, its
-/// compute capability and the PTX version its instructions need. Expands the macro `$then`
-/// with the list, so every per-architecture table on the host (the [`Arch`] methods, the
-/// host's Atom kinds) is generated from here.
+/// The one list of the architectures Purlin builds for (`purlin_device::for_each_arch!`): each
+/// entry's [`Arch`] variant, its Atom's module, its `-Ctarget-cpu` name, its compute capability
+/// and the PTX version its instructions need.
 ///
 /// ```
 /// macro_rules! count {
-///     ($($(#[$doc:meta])* $arch:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+///     ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
 ///         [$($cc),*].len()
 ///     };
 /// }
 /// assert_eq!(purlin_builder::for_each_arch!(count), purlin_builder::Arch::ALL.len());
 /// ```
-#[macro_export]
-macro_rules! for_each_arch {
-    ($then:ident) => {
-        $then! {
-            /// Volta (compute capability 7.0).
-            Sm70 = "sm_70", 70, None;
-            /// Ampere (8.0).
-            Sm80 = "sm_80", 80, None;
-            /// Hopper (9.0).
-            Sm90 = "sm_90", 90, Some("+ptx80");
-            /// Blackwell (10.0).
-            Sm100 = "sm_100", 100, Some("+ptx86");
-        }
-    };
-}
+pub use purlin_device::for_each_arch;
 
 /// Declares [`Arch`] from [`for_each_arch!`]'s list.
 macro_rules! declare_arch {
-    ($($(#[$doc:meta])* $arch:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+    ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
         /// A GPU architecture Purlin builds for.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Arch {

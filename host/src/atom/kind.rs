@@ -4,10 +4,10 @@
 use crate::ptx::Arch;
 use purlin_device::atom::Atom;
 
-/// Declares [`AtomKind`] from the architecture list (`purlin_builder::for_each_arch!`): one
+/// Declares [`AtomKind`] from the architecture list (`purlin_device::for_each_arch!`): one
 /// Atom per architecture, named as it is, whose constants come from `purlin_device::atom`.
 macro_rules! atom_kinds {
-    ($($(#[$doc:meta])* $arch:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+    ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
         /// Which Atom a launch uses: each architecture's own (see `purlin_device::atom`).
         ///
         /// ```
@@ -98,7 +98,7 @@ macro_rules! atom_kinds {
     };
 }
 
-purlin_builder::for_each_arch!(atom_kinds);
+purlin_device::for_each_arch!(atom_kinds);
 
 impl AtomKind {
     /// The Atoms whose kernels the PTX of `arch` contains.
