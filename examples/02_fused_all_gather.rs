@@ -143,7 +143,7 @@ fn on_cpu(world: u32, count: usize) -> Result<(), String> {
         unsafe {
             purlin_example_kernels::scale_then_all_gather::<Host>(
                 args,
-                ctx,
+                &ctx,
                 inputs[r].as_ptr() as *const f32,
                 count as u64,
                 SCALE,

@@ -355,7 +355,7 @@ fn all_gather_in_place() {
                     purlin_device::collective::all_gather::<
                         purlin_device::atom::Host,
                         purlin_device::snac::Runtime,
-                    >(args, ctx)
+                    >(&args, &ctx)
                 };
             })
             .unwrap();
@@ -780,7 +780,7 @@ fn fused_and_host_launched_agree() {
         let mut args = SnacArgs::new(io.as_mut_ptr(), io.as_ptr(), (count * 2) as u64, blocks);
         (args.block, args.smem) = (block, smem);
         // SAFETY: in-place AllReduce of `count` bf16.
-        unsafe { purlin_device::collective::all_reduce::<Host, Fixed, bf16, Sum>(args, ctx) };
+        unsafe { purlin_device::collective::all_reduce::<Host, Fixed, bf16, Sum>(&args, &ctx) };
     })
     .unwrap();
     // Host-launched: pre-scaled inputs, a different plan (latency regime where it fits).

@@ -586,7 +586,7 @@ fn run_all_gather(ctx: &Context, src: &[u8], dst: &mut [u8], blocks: u32) {
                 args.smem = smem.as_mut_ptr().cast();
                 // SAFETY: src holds `bytes`, dst `world × bytes`, both live until the scope
                 // ends; every rank runs the same call with `blocks` blocks.
-                unsafe { purlin_device::collective::all_gather::<Host, Runtime>(args, view) };
+                unsafe { purlin_device::collective::all_gather::<Host, Runtime>(&args, &view) };
             });
         }
     });

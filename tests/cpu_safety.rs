@@ -78,11 +78,13 @@ fn v_call(
         // most the buffers' sizes, and the collective checks the counts against them.
         unsafe {
             match kind {
-                CollectiveKind::AllGatherV => collective::all_gather_v::<Host, Runtime>(args, ctx),
-                CollectiveKind::AllToAllV => collective::all_to_all_v::<Host, Runtime>(args, ctx),
+                CollectiveKind::AllGatherV => {
+                    collective::all_gather_v::<Host, Runtime>(&args, &ctx)
+                }
+                CollectiveKind::AllToAllV => collective::all_to_all_v::<Host, Runtime>(&args, &ctx),
                 _ => collective::reduce_scatter_v_op::<Host, Runtime, f32>(
-                    args,
-                    ctx,
+                    &args,
+                    &ctx,
                     ReduceOpKind::Sum,
                 ),
             }
@@ -206,8 +208,10 @@ fn overlap_other_than_in_place_is_refused() {
             // SAFETY: both ranges lie in the buffer; the collective checks how they overlap.
             unsafe {
                 match kind {
-                    CollectiveKind::AllToAll => collective::all_to_all::<Host, Runtime>(args, ctx),
-                    _ => collective::all_gather::<Host, Runtime>(args, ctx),
+                    CollectiveKind::AllToAll => {
+                        collective::all_to_all::<Host, Runtime>(&args, &ctx)
+                    }
+                    _ => collective::all_gather::<Host, Runtime>(&args, &ctx),
                 }
             }
         })
@@ -233,7 +237,7 @@ fn overlap_other_than_in_place_is_refused() {
         let mut args = SnacArgs::new(b.as_mut_ptr(), src, 64, 1).bounded(64, 256, 0);
         (args.block, args.smem) = (block, smem);
         // SAFETY: as above.
-        unsafe { collective::all_gather::<Host, Runtime>(args, ctx) };
+        unsafe { collective::all_gather::<Host, Runtime>(&args, &ctx) };
     });
     assert!(in_place.is_ok(), "{in_place:?}");
 }
@@ -429,7 +433,7 @@ fn blocks_larger_than_the_atom_supports_are_refused() {
                 SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), 64, 1).bounded(64, 128, 0);
             (args.block, args.smem) = (block, smem);
             // SAFETY: the buffers hold 64 and 128 bytes, as the capacities say.
-            unsafe { collective::all_gather::<TwoThreads, Runtime>(args, ctx) };
+            unsafe { collective::all_gather::<TwoThreads, Runtime>(&args, &ctx) };
         })
     };
     let faults = faults_of(run(4).expect_err("four threads on a two-thread Atom"));
@@ -477,17 +481,17 @@ fn lean_launches_run_the_latency_paths_and_refuse_the_others() {
                 unsafe {
                     match kind {
                         CollectiveKind::AllGather => {
-                            collective::all_gather::<WithSmem, Runtime>(args, ctx)
+                            collective::all_gather::<WithSmem, Runtime>(&args, &ctx)
                         }
                         CollectiveKind::AllToAll => {
-                            collective::all_to_all::<WithSmem, Runtime>(args, ctx)
+                            collective::all_to_all::<WithSmem, Runtime>(&args, &ctx)
                         }
                         _ => collective::reduce_scatter::<
                             WithSmem,
                             Runtime,
                             f32,
                             purlin_device::op::Max,
-                        >(args, ctx),
+                        >(&args, &ctx),
                     }
                 }
             });

@@ -758,7 +758,7 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
     impl TypedVisitor for Typed {
         type Output = ();
         fn visit<T: Element, O: ReduceOp>(self) {
-            let (a, c) = (self.args, self.ctx);
+            let (a, c) = (&self.args, &self.ctx);
             // SAFETY: forwarded contract.
             unsafe {
                 match (self.collective, self.op) {
@@ -788,10 +788,10 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
     // SAFETY: forwarded contract.
     unsafe {
         match launch.collective {
-            CollectiveKind::AllGather => collective::all_gather::<Host, Runtime>(args, ctx),
-            CollectiveKind::AllGatherV => collective::all_gather_v::<Host, Runtime>(args, ctx),
-            CollectiveKind::AllToAll => collective::all_to_all::<Host, Runtime>(args, ctx),
-            CollectiveKind::AllToAllV => collective::all_to_all_v::<Host, Runtime>(args, ctx),
+            CollectiveKind::AllGather => collective::all_gather::<Host, Runtime>(&args, &ctx),
+            CollectiveKind::AllGatherV => collective::all_gather_v::<Host, Runtime>(&args, &ctx),
+            CollectiveKind::AllToAll => collective::all_to_all::<Host, Runtime>(&args, &ctx),
+            CollectiveKind::AllToAllV => collective::all_to_all_v::<Host, Runtime>(&args, &ctx),
             kind => dispatch(
                 launch.dtype,
                 launch.op,

@@ -24,7 +24,10 @@
 //! ```
 
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(asm_experimental_arch, stdarch_nvptx, allow_internal_unstable)
+)]
 #![warn(missing_docs)]
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -9,7 +9,7 @@
 //! `purlin_all_to_all_v`, and `purlin_<collective>_<type>` for `all_reduce`, `reduce_scatter`
 //! and `reduce_scatter_v` with the type's nccl-tests name (`float`, `half`, `bfloat16`,
 //! `f8e4m3`, `f8e5m2`); each also as `purlin_<collective>_latency[_<type>]`, built with only
-//! the latency paths (`snac::Latency`). Parameters: `(SnacArgs, Context)`, plus `op: u32`
+//! the latency paths (`snac::Latency`). Parameters: `(SnacArgs, Context)` (the context read in place, `kernel_param!`), plus `op: u32`
 //! (`ReduceOpKind`) for reductions.
 //!
 //! Launch with `PURLIN_COLLECTIVE_THREADS` threads per block, any number of blocks in
@@ -47,14 +47,28 @@ pub static PURLIN_COLLECTIVE_THREADS: u32 = if Native::THREADS < 256 {
 #[unsafe(no_mangle)]
 pub static PURLIN_COLLECTIVE_SMEM_BYTES: u32 = smem_bytes::<Native>();
 
-/// The arguments with this launch's block, grid and shared memory filled in.
+/// The arguments with this launch's block, grid and shared memory filled in, kept in the
+/// block's static scratch: thread 0 writes them, then every thread reads them there. Each thread
+/// keeping its own copy (a reference to a local value) would cost 17 local-memory stores per
+/// thread before the call starts.
+///
+/// # Safety
+/// Every thread of the block calls, once per launch; nothing else uses the block's scratch.
 #[inline(always)]
-fn launched(mut args: SnacArgs) -> SnacArgs {
-    args.block = arch::block_index();
-    args.blocks = arch::grid_blocks();
-    args.smem = arch::dynamic_shared();
-    args.smem_bytes = arch::dynamic_shared_bytes();
-    args
+unsafe fn launched(mut args: SnacArgs) -> &'static SnacArgs {
+    const _: () = assert!(core::mem::size_of::<SnacArgs>() <= arch::BLOCK_SCRATCH_BYTES);
+    let at = arch::block_scratch() as *mut SnacArgs;
+    if arch::thread_index() == 0 {
+        args.block = arch::block_index();
+        args.blocks = arch::grid_blocks();
+        args.smem = arch::dynamic_shared();
+        args.smem_bytes = arch::dynamic_shared_bytes();
+        // SAFETY: the scratch holds a `SnacArgs` (checked above) and is 16-byte aligned.
+        unsafe { at.write(args) };
+    }
+    arch::sync_block();
+    // SAFETY: written above before the barrier; not written again during this launch.
+    unsafe { &*at }
 }
 
 macro_rules! reduce_kernels {
@@ -71,8 +85,12 @@ macro_rules! reduce_kernels {
                 let Some(op) = ReduceOpKind::from_u32(op) else {
                     arch::trap()
                 };
-                // SAFETY: forwarded launch contract.
-                unsafe { collective::$f::<Native, $config, $t>(launched(args), ctx, op) }
+                // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
+                // forwarded launch contract.
+                unsafe {
+                    let ctx = purlin_device::kernel_param!(ctx in $name[1]);
+                    collective::$f::<Native, $config, $t>(launched(args), ctx, op)
+                }
             }
         )*
     };
@@ -104,8 +122,12 @@ macro_rules! copy_kernels {
             /// buffers; buffers and context valid.
             #[unsafe(no_mangle)]
             pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context) {
-                // SAFETY: forwarded launch contract.
-                unsafe { collective::$f::<Native, $config>(launched(args), ctx) }
+                // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
+                // forwarded launch contract.
+                unsafe {
+                    let ctx = purlin_device::kernel_param!(ctx in $name[1]);
+                    collective::$f::<Native, $config>(launched(args), ctx)
+                }
             }
         )*
     };
@@ -161,9 +183,10 @@ pub unsafe extern "ptx-kernel" fn purlin_window_wait(
     from: u32,
 ) {
     if arch::thread_index() == 0 && arch::block_index() == 0 {
-        // SAFETY: the launch's contract.
+        // SAFETY: `ctx` is this kernel's parameter 0; the launch's contract.
         unsafe {
-            purlin_device::snac::window::wait_signal(&ctx, signal as *const u64, value, from)
+            let ctx = purlin_device::kernel_param!(ctx in purlin_window_wait[0]);
+            purlin_device::snac::window::wait_signal(ctx, signal as *const u64, value, from)
         };
     }
 }

@@ -11,7 +11,7 @@
 //! writing the payload before the flag with release and reading the flag with acquire before
 //! the payload.
 
-use core::cell::RefCell;
+use core::cell::{RefCell, UnsafeCell};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -51,7 +51,17 @@ struct Meeting {
     state: Mutex<(u32, u64)>,
     all_arrived: Condvar,
     threads: u32,
+    /// The block's static scratch ([`block_scratch`]).
+    scratch: Scratch,
 }
+
+/// [`BLOCK_SCRATCH_BYTES`] of memory the threads of one emulated block share.
+#[derive(Debug, Default)]
+struct Scratch(UnsafeCell<[u128; BLOCK_SCRATCH_BYTES / 16]>);
+
+// SAFETY: the block's threads share the scratch as a GPU block shares shared memory: the
+// code that uses it orders its accesses with `sync_block`.
+unsafe impl Sync for Scratch {}
 
 impl BlockBarrier {
     /// A barrier for `threads` threads.
@@ -60,6 +70,7 @@ impl BlockBarrier {
             state: Mutex::new((0, 0)),
             all_arrived: Condvar::new(),
             threads: threads.max(1),
+            scratch: Scratch::default(),
         }))
     }
 
@@ -106,6 +117,8 @@ pub struct BlockThread {
 
 std::thread_local! {
     static BLOCK: RefCell<Option<BlockThread>> = const { RefCell::new(None) };
+    /// The scratch of a thread outside an emulated block (a block of one).
+    static ALONE_SCRATCH: Scratch = Scratch::default();
 }
 
 /// Runs `f` as thread `me.thread` of an emulated block: the index, barrier and shared-memory
@@ -445,6 +458,18 @@ pub fn global_timer_ns() -> u64 {
 #[inline(always)]
 pub fn dynamic_shared() -> *mut u8 {
     with_block(|b| b.smem, core::ptr::null_mut())
+}
+
+/// Bytes at [`block_scratch`].
+pub const BLOCK_SCRATCH_BYTES: usize = 256;
+
+/// Host: the emulated block's scratch, shared by its threads (outside a block, this thread's).
+#[inline(always)]
+pub fn block_scratch() -> *mut u8 {
+    with_block(
+        |b| b.barrier.0.scratch.0.get() as *mut u8,
+        ALONE_SCRATCH.with(|s| s.0.get() as *mut u8),
+    )
 }
 
 /// Host: 0, "as the contract says" (the emulation fills `SnacArgs::smem_bytes` itself).

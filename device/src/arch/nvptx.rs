@@ -6,8 +6,12 @@
 use core::arch::asm;
 use core::arch::nvptx;
 
-// Dynamic shared memory can only be declared at module scope.
+// Shared memory can only be declared at module scope.
 core::arch::global_asm!(".extern .shared .align 128 .b8 purlin_dynamic_smem[];");
+core::arch::global_asm!(
+    ".shared .align 16 .b8 purlin_block_scratch[{bytes}];",
+    bytes = const BLOCK_SCRATCH_BYTES,
+);
 
 // ---------------------------------------------------------------- indices and barriers
 
@@ -355,6 +359,21 @@ pub fn global_timer_ns() -> u64 {
 }
 
 // ---------------------------------------------------------------- dynamic shared memory
+
+/// Bytes at [`block_scratch`]: static shared memory, allotted only to the kernels that use it.
+pub const BLOCK_SCRATCH_BYTES: usize = 256;
+
+/// `cvta.shared.u64` of the module's static `.shared` scratch: the generic address of this
+/// block's [`BLOCK_SCRATCH_BYTES`] of scratch, apart from the dynamic shared memory.
+#[inline(always)]
+pub fn block_scratch() -> *mut u8 {
+    let p: u64;
+    // SAFETY: taking the address of the module-scope shared array touches no memory.
+    unsafe {
+        asm!("cvta.shared.u64 {p}, purlin_block_scratch;", p = out(reg64) p, options(nostack, nomem, pure))
+    };
+    p as *mut u8
+}
 
 /// `cvta.shared.u64` of the module's `.extern .shared` array: the generic address of this
 /// block's dynamic shared memory.

@@ -14,7 +14,11 @@
 //! each reduce step `match`es the operator to one of four static datapaths. No form calls
 //! through a function pointer.
 //!
-//! Every entry point takes the call's [`SnacArgs`] and the communicator's [`Context`] by value.
+//! Every entry point takes the call's [`SnacArgs`] and the communicator's [`Context`] by
+//! reference, wherever the kernel can read them: a kernel parameter read in place
+//! ([`kernel_param!`](crate::kernel_param)), shared or global memory. (A reference to a local
+//! value also works, but then every thread keeps its own copy in local memory: hundreds of
+//! bytes of stores per thread before the call starts.)
 //! Exactly `args.blocks` blocks enter, each with its `args.block`, all with the same number of
 //! threads and [`smem_bytes::<A>()`](crate::snac::smem_bytes) bytes of shared memory at
 //! `args.smem` (or, for a call [`lean`] says needs none of the Atom's, only
@@ -47,7 +51,7 @@
 //!     let mut args = SnacArgs::new(dst[rank as usize].as_mut_ptr(), src[rank as usize].as_ptr(), 5, 2);
 //!     (args.block, args.smem) = (block, smem);
 //!     // SAFETY: buffers hold 5 and 10 bytes; every rank makes the same call.
-//!     unsafe { all_gather::<Host, Runtime>(args, ctx) };
+//!     unsafe { all_gather::<Host, Runtime>(&args, &ctx) };
 //! }).unwrap();
 //! assert_eq!(dst[1].bytes(), &[1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
 //! ```
@@ -682,11 +686,11 @@ pub const fn all_reduce_algorithm(plan: &Plan, bytes: u64, world: u32, window: u
 /// enters and what every rank must agree on.
 #[inline(always)]
 pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    args: SnacArgs,
-    ctx: Context,
+    args: &SnacArgs,
+    ctx: &Context,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, C, T, _>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW) }
+    unsafe { all_reduce_with::<A, C, T, _>(args, ctx, &C::plan(&args.plan), Static::<O>::NEW) }
 }
 
 /// [`all_reduce`] with the operator chosen at run time: the collective is compiled once for
@@ -697,12 +701,12 @@ pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
 /// As [`all_reduce`].
 #[inline(always)]
 pub unsafe fn all_reduce_op<A: Atom, C: Config, T: Element>(
-    args: SnacArgs,
-    ctx: Context,
+    args: &SnacArgs,
+    ctx: &Context,
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, C, T, _>(&args, &ctx, &C::plan(&args.plan), op) }
+    unsafe { all_reduce_with::<A, C, T, _>(args, ctx, &C::plan(&args.plan), op) }
 }
 
 /// # Safety
@@ -798,17 +802,12 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
 /// As [`all_reduce`], with `src` valid for `world × args.bytes` bytes.
 #[inline(always)]
 pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    args: SnacArgs,
-    ctx: Context,
+    args: &SnacArgs,
+    ctx: &Context,
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_with::<A, C, T, _, false>(
-            &args,
-            &ctx,
-            &C::plan(&args.plan),
-            Static::<O>::NEW,
-        )
+        reduce_scatter_with::<A, C, T, _, false>(args, ctx, &C::plan(&args.plan), Static::<O>::NEW)
     }
 }
 
@@ -818,12 +817,12 @@ pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
 /// As [`reduce_scatter`].
 #[inline(always)]
 pub unsafe fn reduce_scatter_op<A: Atom, C: Config, T: Element>(
-    args: SnacArgs,
-    ctx: Context,
+    args: &SnacArgs,
+    ctx: &Context,
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, C, T, _, false>(&args, &ctx, &C::plan(&args.plan), op) }
+    unsafe { reduce_scatter_with::<A, C, T, _, false>(args, ctx, &C::plan(&args.plan), op) }
 }
 
 /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
@@ -833,12 +832,12 @@ pub unsafe fn reduce_scatter_op<A: Atom, C: Config, T: Element>(
 /// As [`reduce_scatter`]; `args.counts` valid for `world` values while the call runs.
 #[inline(always)]
 pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    args: SnacArgs,
-    ctx: Context,
+    args: &SnacArgs,
+    ctx: &Context,
 ) {
     // SAFETY: forwarded contract.
     unsafe {
-        reduce_scatter_with::<A, C, T, _, true>(&args, &ctx, &C::plan(&args.plan), Static::<O>::NEW)
+        reduce_scatter_with::<A, C, T, _, true>(args, ctx, &C::plan(&args.plan), Static::<O>::NEW)
     }
 }
 
@@ -848,12 +847,12 @@ pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
 /// As [`reduce_scatter_v`].
 #[inline(always)]
 pub unsafe fn reduce_scatter_v_op<A: Atom, C: Config, T: Element>(
-    args: SnacArgs,
-    ctx: Context,
+    args: &SnacArgs,
+    ctx: &Context,
     op: ReduceOpKind,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, C, T, _, true>(&args, &ctx, &C::plan(&args.plan), op) }
+    unsafe { reduce_scatter_with::<A, C, T, _, true>(args, ctx, &C::plan(&args.plan), op) }
 }
 
 /// # Safety
@@ -967,9 +966,9 @@ unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer>(
 /// # Safety
 /// As [`all_reduce`], with the sizes above.
 #[inline(always)]
-pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
+pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let kind = CollectiveKind::AllGather;
-    let Some(coll_blocks) = check(&args, &ctx, kind, 1, A::THREADS) else {
+    let Some(coll_blocks) = check(args, ctx, kind, 1, A::THREADS) else {
         return;
     };
     let (src, dst) = (
@@ -977,9 +976,9 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
         Scattered { bytes: args.bytes },
     );
     let plan = C::plan(&args.plan);
-    let digest = Identity::copy(kind, 1).digest(&args, &ctx, &plan, args.bytes, 0);
+    let digest = Identity::copy(kind, 1).digest(args, ctx, &plan, args.bytes, 0);
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, C, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
+    unsafe { gather_with::<A, C, _, _>(args, ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements of `args.elem_bytes` bytes (`world`
@@ -990,15 +989,15 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// # Safety
 /// As [`all_gather`]; `args.counts` valid for `world` values while the call runs.
 #[inline(always)]
-pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
+pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let kind = CollectiveKind::AllGatherV;
     let elem = args.elem_bytes as u64;
-    let Some(coll_blocks) = check(&args, &ctx, kind, elem, A::THREADS) else {
+    let Some(coll_blocks) = check(args, ctx, kind, elem, A::THREADS) else {
         return;
     };
     // SAFETY: forwarded contract (`world` counts).
     let Some((counts, word)) =
-        (unsafe { validated_counts(&args, &ctx, kind, elem, scratch::<A>(&args)) })
+        (unsafe { validated_counts(args, ctx, kind, elem, scratch::<A>(args)) })
     else {
         return;
     };
@@ -1012,9 +1011,9 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     };
     let plan = C::plan(&args.plan);
     let digest =
-        Identity::copy(kind, args.elem_bytes).digest(&args, &ctx, &plan, args.max_count, word);
+        Identity::copy(kind, args.elem_bytes).digest(args, ctx, &plan, args.max_count, word);
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, C, _, _>(&args, &ctx, kind, &plan, coll_blocks, src, dst, &digest) }
+    unsafe { gather_with::<A, C, _, _>(args, ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
 
 /// # Safety
@@ -1109,9 +1108,9 @@ fn local<A: Atom, C: Config, S: Streams>(
 /// # Safety
 /// As [`all_reduce`], with the sizes above.
 #[inline(always)]
-pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
+pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let kind = CollectiveKind::AllToAll;
-    let Some(coll_blocks) = check(&args, &ctx, kind, 1, A::THREADS) else {
+    let Some(coll_blocks) = check(args, ctx, kind, 1, A::THREADS) else {
         return;
     };
     let (src, dst) = (
@@ -1119,13 +1118,13 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
         Transposed { bytes: args.bytes },
     );
     let plan = C::plan(&args.plan);
-    let digest = Identity::copy(kind, 1).digest(&args, &ctx, &plan, args.bytes, 0);
+    let digest = Identity::copy(kind, 1).digest(args, ctx, &plan, args.bytes, 0);
     let empty_call = args.bytes == 0;
     // SAFETY: forwarded contract.
     unsafe {
         exchange_with::<A, C, _, _>(
-            &args,
-            &ctx,
+            args,
+            ctx,
             kind,
             &plan,
             coll_blocks,
@@ -1146,15 +1145,15 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
 /// # Safety
 /// As [`all_to_all`]; `args.counts` valid for `2 × world` values while the call runs.
 #[inline(always)]
-pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
+pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let kind = CollectiveKind::AllToAllV;
     let elem = args.elem_bytes as u64;
-    let Some(coll_blocks) = check(&args, &ctx, kind, elem, A::THREADS) else {
+    let Some(coll_blocks) = check(args, ctx, kind, elem, A::THREADS) else {
         return;
     };
     // SAFETY: forwarded contract (`2 × world` counts).
     let Some((counts, word)) =
-        (unsafe { validated_counts(&args, &ctx, kind, elem, scratch::<A>(&args)) })
+        (unsafe { validated_counts(args, ctx, kind, elem, scratch::<A>(args)) })
     else {
         return;
     };
@@ -1169,14 +1168,14 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: SnacArgs, ctx: Context) {
     };
     let plan = C::plan(&args.plan);
     let digest =
-        Identity::copy(kind, args.elem_bytes).digest(&args, &ctx, &plan, args.max_count, word);
+        Identity::copy(kind, args.elem_bytes).digest(args, ctx, &plan, args.max_count, word);
     // AllToAllV always runs the protocol: a rank with nothing to send or receive still agrees
     // on the size with the others.
     // SAFETY: forwarded contract.
     unsafe {
         exchange_with::<A, C, _, _>(
-            &args,
-            &ctx,
+            args,
+            ctx,
             kind,
             &plan,
             coll_blocks,

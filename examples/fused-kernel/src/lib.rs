@@ -27,7 +27,7 @@ use purlin_device::snac::{Runtime, SnacArgs};
 /// two zeroed `u32` of this launch; `threads` is the block's thread count (1 on the CPU).
 pub unsafe fn scale_then_all_gather<A: Atom>(
     args: SnacArgs,
-    ctx: Context,
+    ctx: &Context,
     input: *const f32,
     count: u64,
     scale: f32,
@@ -55,7 +55,7 @@ pub unsafe fn scale_then_all_gather<A: Atom>(
         return false;
     }
     // SAFETY: forwarded contract.
-    unsafe { all_gather::<A, Runtime>(args, ctx) };
+    unsafe { all_gather::<A, Runtime>(&args, ctx) };
     true
 }
 
@@ -84,7 +84,11 @@ mod entry {
             arch::grid_blocks(),
             arch::dynamic_shared(),
         );
-        // SAFETY: forwarded launch contract.
-        unsafe { scale_then_all_gather::<Native>(args, ctx, input, count, scale, barrier) };
+        // SAFETY: `ctx` is this kernel's parameter 1 (read in place, not copied per thread);
+        // forwarded launch contract.
+        unsafe {
+            let ctx = purlin_device::kernel_param!(ctx in example_scale_then_all_gather[1]);
+            scale_then_all_gather::<Native>(args, ctx, input, count, scale, barrier)
+        };
     }
 }
