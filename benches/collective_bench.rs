@@ -50,6 +50,7 @@ fn bench(args: &Args) -> Result<(), String> {
             } else {
                 ReductionMode::Default
             },
+            trace: args.trace,
             ..Default::default()
         }],
         sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),

@@ -811,3 +811,73 @@ fn barrier(n: u32) {
     static BARRIER: OnceLock<Barrier> = OnceLock::new();
     BARRIER.get_or_init(|| Barrier::new(n as usize)).wait();
 }
+
+/// A traced call (`Plan::trace`) leaves every rank's phase times in its local state, in the
+/// order the call passes them, with `Sent` only where the call sends packets; an untraced call
+/// leaves the trace as it was.
+#[test]
+fn traced_calls_record_their_phases_in_order() {
+    use purlin_device::context::LocalState;
+    use purlin_device::snac::trace::{POINTS, Point};
+    let read = |comm: &Communicator, rank: u32| -> [u64; POINTS] {
+        let at = comm.context(rank).state + LocalState::TRACE as u64;
+        // SAFETY: the trace words of this rank's host-memory state; no call is running.
+        std::array::from_fn(|p| unsafe { ((at as *const u64).add(p)).read_volatile() })
+    };
+    let mut rng = fresh_rng("traced calls");
+    for world in [2u32, 3, 4] {
+        let comm = Communicator::builder(world).build().unwrap();
+        // AllReduce of 256 B is one-shot packets; 96 KiB over 1 KiB chunks the throughput regime.
+        for (kind, bytes, packets) in [
+            (CollectiveKind::AllReduce, 256u64, true),
+            (CollectiveKind::AllReduce, 96 << 10, false),
+            (
+                CollectiveKind::AllGather,
+                4 * rng.random_range(1..64u64),
+                true,
+            ),
+        ] {
+            let out = if kind == CollectiveKind::AllGather {
+                bytes * world as u64
+            } else {
+                bytes
+            };
+            let src: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(bytes as usize)).collect();
+            let dst: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(out as usize)).collect();
+            let mut launch = Launch::new(kind, bytes);
+            launch.plan = Plan {
+                trace: 1,
+                chunk_bytes: 1024,
+                latency_threshold: 1024,
+                ..Plan::DEFAULT
+            };
+            comm.run(&launch, &src, &dst, None).unwrap();
+            for rank in 0..world {
+                let t = read(&comm, rank);
+                let passed: Vec<u64> = Point::ALL
+                    .iter()
+                    .filter(|&&p| packets || p != Point::Sent)
+                    .map(|&p| t[p as usize])
+                    .collect();
+                assert!(
+                    passed.iter().all(|&x| x != 0),
+                    "{kind:?} {bytes} B w{world} r{rank}: {t:?}"
+                );
+                assert!(
+                    passed.windows(2).all(|w| w[0] <= w[1]),
+                    "out of order: {t:?}"
+                );
+                assert_eq!(
+                    t[Point::Sent as usize] != 0,
+                    packets,
+                    "{kind:?} {bytes} B: {t:?}"
+                );
+            }
+            let before: Vec<_> = (0..world).map(|r| read(&comm, r)).collect();
+            launch.plan.trace = 0;
+            comm.run(&launch, &src, &dst, None).unwrap();
+            let after: Vec<_> = (0..world).map(|r| read(&comm, r)).collect();
+            assert_eq!(before, after, "an untraced call wrote the trace");
+        }
+    }
+}

@@ -118,6 +118,11 @@ pub struct Args {
     /// One process per rank under `mpirun` (needs the `mpi` feature); the world is mpirun's.
     #[arg(long)]
     pub mpi: bool,
+    /// Trace the calls (`Options::trace`) and print on stderr, per size, when the last timed
+    /// call passed each phase on every rank (µs after the first rank's entry; one clock per
+    /// GPU, so ranks compare on the virtual node).
+    #[arg(long)]
+    pub trace: bool,
 }
 
 /// `linear`, or a Zipf exponent (a finite number of at least 0).

@@ -491,6 +491,58 @@ fn time_per_call<B: Bootstrap>(
         .fold(0.0, f64::max))
 }
 
+/// Rank 0 prints every rank's phase times of its last traced call: µs after the earliest
+/// rank's entry, one row per rank, then each phase's latest rank. Every rank calls.
+fn print_trace<B: Bootstrap>(
+    b: &B,
+    sweep: &Sweep,
+    size: u64,
+    mine: &purlin::trace::CallTrace,
+) -> purlin::Result<()> {
+    use purlin::trace::{CallTrace, POINTS, Point};
+    let bytes: Vec<u8> = mine.times().iter().flat_map(|t| t.to_le_bytes()).collect();
+    let all: Vec<CallTrace> = b
+        .all_gather(&bytes)?
+        .iter()
+        .map(|r| {
+            CallTrace::from_times(std::array::from_fn(|p| {
+                u64::from_le_bytes(r[8 * p..8 * p + 8].try_into().expect("8 bytes"))
+            }))
+        })
+        .collect();
+    if b.rank() != 0 {
+        return Ok(());
+    }
+    let Some(first) = all.iter().filter_map(|t| t.at(Point::Entry)).min() else {
+        return Ok(());
+    };
+    let us = |t: Option<u64>| t.map(|t| t.wrapping_sub(first) as i64 as f64 / 1e3);
+    let names: Vec<String> = Point::ALL.iter().map(|p| format!("{p:?}")).collect();
+    eprintln!(
+        "trace {} w{} {size} B (us after the first entry): rank {}",
+        sweep.collective.name(),
+        sweep.world,
+        names.join(" ")
+    );
+    for (rank, t) in all.iter().enumerate() {
+        let cells: Vec<String> = Point::ALL
+            .iter()
+            .map(|&p| us(t.at(p)).map_or("-".into(), |v| format!("{v:.2}")))
+            .collect();
+        eprintln!("trace   {rank} {}", cells.join(" "));
+    }
+    let latest: Vec<String> = (0..POINTS)
+        .map(|p| {
+            all.iter()
+                .filter_map(|t| us(t.at(Point::ALL[p])))
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                .map_or("-".into(), |v| format!("{v:.2}"))
+        })
+        .collect();
+    eprintln!("trace   max {}", latest.join(" "));
+    Ok(())
+}
+
 /// One rank's part of the sweep, through any bootstrap (in-process threads, or MPI: one process
 /// per rank). Ranks meet at the bootstrap for every size; every rank returns the same rows
 /// (times are the slowest rank's; wrong elements are summed over ranks). Per-rank graphs: with
@@ -600,6 +652,9 @@ fn run_rank_in<B: Bootstrap + Clone + 'static>(
             b.barrier()?;
             let slowest = time_per_call(b, sweep, &stream, one, once)?;
             ctx.synchronize()?;
+            if o.trace {
+                print_trace(b, sweep, size, &ctx.last_call_trace()?)?;
+            }
             rows.push(Row {
                 total_bytes: size,
                 count: size / elem as u64,

@@ -167,8 +167,12 @@ impl LocalState {
     pub const WINDOW_FAULT: usize = Self::FAULT + Self::FAULT_BYTES;
     /// Bytes of the window-wait record.
     pub const WINDOW_FAULT_BYTES: usize = 32;
+    /// The times of the last traced call's phases (`u64` ns each, see `snac::trace`).
+    pub const TRACE: usize = Self::WINDOW_FAULT + Self::WINDOW_FAULT_BYTES;
+    /// Bytes of the trace.
+    pub const TRACE_BYTES: usize = crate::snac::trace::POINTS * 8;
     /// Total bytes.
-    pub const BYTES: usize = Self::WINDOW_FAULT + Self::WINDOW_FAULT_BYTES;
+    pub const BYTES: usize = Self::TRACE + Self::TRACE_BYTES;
 }
 
 /// What a collective kernel knows about its communicator. Passed by value.

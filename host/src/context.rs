@@ -320,6 +320,39 @@ impl Context {
         }
     }
 
+    /// The phase times of this rank's last call made with
+    /// [`Options::trace`](crate::collective::Options::trace) (see [`crate::trace`]). On a GPU
+    /// it waits for the stream first (not capturable: call it after the calls or replays).
+    ///
+    /// ```
+    /// # use purlin::{bootstrap::*, memory::HostAllocator, workspace::*, Context};
+    /// # let b = InProcess::group(1)?.remove(0);
+    /// # let ctx = Context::new_host(0, 1, Workspace::new(&b, HostAllocator::new(), WorkspaceRequirements::small())?)?;
+    /// // No call was traced yet.
+    /// assert_eq!(ctx.last_call_trace()?, purlin::trace::CallTrace::default());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn last_call_trace(&self) -> Result<crate::trace::CallTrace> {
+        let mut bytes = [0u8; LocalState::TRACE_BYTES];
+        let at = self.view.state + LocalState::TRACE as u64;
+        match &self.stream {
+            // SAFETY: the trace lies inside this rank's state allocation.
+            Some(_) => unsafe { self.read_device(at, &mut bytes) }?,
+            None => {
+                for (i, b) in bytes.iter_mut().enumerate() {
+                    // SAFETY: host memory of the state allocation; volatile because emulated
+                    // kernels on other threads may have written it.
+                    *b = unsafe { std::ptr::read_volatile((at as *const u8).add(i)) };
+                }
+            }
+        }
+        let mut times = [0u64; crate::trace::POINTS];
+        for (t, w) in times.iter_mut().zip(bytes.chunks_exact(8)) {
+            *t = u64::from_le_bytes(w.try_into().expect("8-byte chunks"));
+        }
+        Ok(crate::trace::CallTrace::from_times(times))
+    }
+
     /// Reads the fault record of the local state: [`Error::Timeout`] naming the collective,
     /// rank, peer and epoch if a kernel's wait ran out (the context is then poisoned), `Ok`
     /// otherwise. On a GPU it waits for the stream first (so it is not capturable: call it

@@ -44,6 +44,7 @@ pub mod module;
 pub mod p2p;
 pub mod ptx;
 mod symmetric;
+pub mod trace;
 pub mod validate;
 pub mod workspace;
 

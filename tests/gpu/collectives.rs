@@ -249,6 +249,7 @@ fn deterministic_mode_is_bitwise_identical_across_plans_and_regimes() {
                         mode: ReductionMode::Deterministic,
                         algorithm: Some(algorithm),
                         choice: Some(purlin_tuning::Choice { blocks, plan }),
+                        ..Options::default()
                     };
                     let errors = run_case(
                         &gpu,

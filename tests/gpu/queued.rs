@@ -95,6 +95,7 @@ unsafe fn launch_spans(
                 blocks: step.blocks,
                 plan,
             }),
+        ..Options::default()
     };
     let (dtype, op, count) = (step.dtype, step.op, step.count);
     let counts = Counts {

@@ -71,6 +71,7 @@ use crate::snac::digest::{self, Digest};
 use crate::snac::latency;
 use crate::snac::staging::{Engine, Get, Streams};
 use crate::snac::sync::Call;
+use crate::snac::trace;
 use crate::snac::transfer::{self, NoReduce, Operator, Reducer, Static, Typed};
 use crate::snac::{
     Algorithm, CollectiveKind, Config, Plan, Refusal, SCRATCH_COUNTS, SNAC_SMEM_BYTES, SnacArgs,
@@ -91,6 +92,7 @@ fn check(
     elem: u64,
     threads: u32,
 ) -> Option<u32> {
+    trace::mark(ctx, args.plan.trace != 0, args.block, trace::Point::Entry);
     let block_threads = crate::arch::block_threads();
     let refusal = if ctx.world == 0
         || ctx.world as usize > MAX_RANKS
@@ -514,7 +516,8 @@ unsafe fn empty<A: Atom>(
     digest: &Digest,
 ) {
     // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
-    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) };
+    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) }
+        .traced(&args.plan);
     call.announce_arrival();
     let _ = call.await_digests();
     call.finish(1, args.blocks, coll_blocks);
@@ -616,7 +619,8 @@ unsafe fn staged<A: Atom, C: Config, S: Streams, R: Reducer>(
     }
     // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid and
     // `args.block < MAX_BLOCKS` (checked).
-    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) };
+    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) }
+        .traced(&args.plan);
     call.announce_arrival();
     if packets {
         // SAFETY: forwarded contract; every stream fits a window (`lean`).
@@ -742,7 +746,8 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
         Algorithm::OneShot | Algorithm::TwoShot => {
             // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
             let mut call =
-                unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), &digest) };
+                unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), &digest) }
+                    .traced(&args.plan);
             call.announce_arrival();
             let (dst, src, blocks) = (args.dst, args.src, args.blocks);
             // SAFETY (both arms): forwarded contract; the payload fits the windows (checked by

@@ -23,6 +23,7 @@ use super::fault::SignalKind;
 use super::packet;
 use super::staging::{Get, Streams};
 use super::sync::{Call, Left};
+use super::trace::Point;
 use super::transfer::{Operator, Reducer};
 use crate::arch;
 use crate::element::Element;
@@ -245,6 +246,7 @@ pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
         }
         u += stride;
     }
+    call.mark(Point::Sent);
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
@@ -296,6 +298,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
         }
         u += stride;
     }
+    call.mark(Point::Sent);
     // 2. Reduce this rank's shard, keep it, and send it to every peer.
     let mut i = first;
     while i < my_len {
@@ -377,6 +380,7 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
             u += stride;
         }
     }
+    call.mark(Point::Sent);
     // 2. Consume: copy a peer's window, copy locally, or reduce every rank's window.
     for j in 0..streams.gets() {
         match streams.get(j) {

@@ -80,6 +80,7 @@ pub(crate) mod latency;
 pub mod packet;
 pub(crate) mod staging;
 pub(crate) mod sync;
+pub mod trace;
 pub(crate) mod transfer;
 pub mod window;
 
@@ -192,8 +193,11 @@ pub struct Plan {
     pub algorithm: u32,
     /// Reduction mode (as [`ReductionMode`]).
     pub mode: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// Nonzero: block 0's thread 0 writes the time (`%globaltimer`, ns) at each phase of the
+    /// call into the rank's local state ([`trace::Point`]), so a host can see where a call's
+    /// time goes (`purlin::Context::last_call_trace`). Zero (the default) costs one untaken
+    /// branch per phase.
+    pub trace: u32,
 }
 
 impl Plan {
@@ -209,7 +213,7 @@ impl Plan {
         two_shot_min_world: 4,
         algorithm: Algorithm::Auto as u32,
         mode: ReductionMode::Default as u32,
-        reserved: 0,
+        trace: 0,
     };
 
     /// The algorithm knob as an enum.

@@ -8,7 +8,8 @@
 
 use super::digest::{self, Digest};
 use super::fault::{CollectiveKind, FaultKind, Refusal, SignalKind};
-use super::{SCRATCH_COUNTS, SCRATCH_DIGEST, epoch, packet};
+use super::trace::{self, Point};
+use super::{Plan, SCRATCH_COUNTS, SCRATCH_DIGEST, epoch, packet};
 use crate::arch;
 use crate::context::{ARRIVAL_PACKETS, Context, LocalState, SignalLayout};
 
@@ -74,6 +75,8 @@ pub(crate) struct Call<'a> {
     /// the V collectives' validated counts).
     scratch: *mut u32,
     toggle: usize,
+    /// Whether this call writes its trace ([`Plan::trace`](super::Plan::trace)).
+    trace: bool,
 }
 
 /// Scratch words: two alternating broadcast words, then the epoch (two words).
@@ -185,7 +188,22 @@ impl<'a> Call<'a> {
             threads: arch::block_threads(),
             scratch: core::ptr::null_mut(),
             toggle: 0,
+            trace: false,
         }
+    }
+
+    /// This call traced if `plan` says so ([`trace`]), marking [`Point::Begun`].
+    #[inline(always)]
+    pub(crate) fn traced(mut self, plan: &Plan) -> Self {
+        self.trace = plan.trace != 0;
+        self.mark(Point::Begun);
+        self
+    }
+
+    /// Marks `point` of this call's trace (block 0's thread 0, when traced).
+    #[inline(always)]
+    pub(crate) fn mark(&self, point: Point) {
+        trace::mark(self.ctx, self.trace, self.block, point);
     }
 
     /// This rank.
@@ -297,6 +315,7 @@ impl<'a> Call<'a> {
             }
             q += self.threads;
         }
+        self.mark(Point::Announced);
     }
 
     /// Whether `peer`'s arrival packets for this call are here (it launched the call).
@@ -712,8 +731,10 @@ impl<'a> Call<'a> {
     /// the slots `blocks..coll_blocks` no block of this call owns). Every thread calls.
     #[inline(always)]
     pub(crate) fn finish(&mut self, rounds: u64, blocks: u32, coll_blocks: u32) {
+        self.mark(Point::Moved);
         if self.block == 0 {
             let _ = self.await_digests();
+            self.mark(Point::Digests);
         }
         let next = epoch::advance(self.epoch, rounds);
         // Every thread has read everything of this call before the epoch moves on.
@@ -729,5 +750,6 @@ impl<'a> Call<'a> {
                 }
             }
         }
+        self.mark(Point::End);
     }
 }

@@ -124,6 +124,11 @@ pub struct Options {
     /// Use this launch shape and plan instead of the table's (the mode and algorithm above still
     /// apply).
     pub choice: Option<Choice>,
+    /// Record when the call passes each phase on every rank ([`Plan::trace`]), for
+    /// [`Context::last_call_trace`](crate::Context::last_call_trace) to read.
+    ///
+    /// [`Plan::trace`]: purlin_device::snac::Plan::trace
+    pub trace: bool,
 }
 
 /// One call, checked and ready to launch.

@@ -35,6 +35,7 @@ impl Context {
         check_choice(&choice, kind, bytes)?;
         let mut plan = choice.plan;
         plan.mode = options.mode as u32;
+        plan.trace = options.trace as u32;
         if let Some(a) = options.algorithm {
             plan.algorithm = a as u32;
         }

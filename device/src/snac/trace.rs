@@ -1,0 +1,58 @@
+//! Where a call's time goes: with [`Plan::trace`](super::Plan::trace) set, block 0's thread 0
+//! of every rank writes the global time (`%globaltimer`, ns, one clock for every SM of a GPU)
+//! as the call passes each [`Point`], into the words at
+//! [`LocalState::TRACE`](crate::context::LocalState::TRACE). Each traced call overwrites the
+//! last one's; a point the call does not pass (the throughput regime has no
+//! [`Point::Sent`]) reads 0. The host reads them with
+//! `purlin::Context::last_call_trace`.
+//!
+//! ```
+//! use purlin_device::snac::trace::{Point, POINTS};
+//! assert_eq!(Point::ALL.len(), POINTS);
+//! assert_eq!(Point::End as usize, POINTS - 1);
+//! ```
+
+use crate::arch;
+use crate::context::{Context, LocalState};
+
+wire_enum! {
+    /// A phase boundary of one call, in the order a call passes them.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Point {
+        /// The collective's entry, before its arguments are checked.
+        Entry = 0,
+        /// The call began: the block's epoch read and shared (a barrier).
+        Begun = 1,
+        /// The arrival packets (the call digest) posted to every peer.
+        Announced = 2,
+        /// This rank's data sent (latency regime: every packet stored).
+        Sent = 3,
+        /// The data part of the call done (every awaited packet or chunk here and used).
+        Moved = 4,
+        /// Every peer's digest checked (block 0's last wait).
+        Digests = 5,
+        /// The epoch advanced: the call's end.
+        End = 6,
+    }
+}
+
+/// Number of points (words of the trace).
+pub const POINTS: usize = Point::ALL.len();
+
+/// Writes the time of `point` when `on`, from block 0's thread 0 only; at
+/// [`Point::Entry`], zeroes the later points first.
+#[inline(always)]
+pub(crate) fn mark(ctx: &Context, on: bool, block: u32, point: Point) {
+    if on && block == 0 && arch::thread_index() == 0 && ctx.state != 0 {
+        let word = |p: usize| (ctx.state + (LocalState::TRACE + p * 8) as u64) as *mut u64;
+        // SAFETY: the trace words lie in this rank's local state, accessed only atomically.
+        unsafe {
+            if point == Point::Entry {
+                for p in 1..POINTS {
+                    arch::st_relaxed_gpu_u64(word(p), 0);
+                }
+            }
+            arch::st_relaxed_gpu_u64(word(point as usize), arch::global_timer_ns());
+        }
+    }
+}
