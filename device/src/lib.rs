@@ -26,7 +26,12 @@
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(asm_experimental_arch, stdarch_nvptx, allow_internal_unstable)
+    feature(
+        asm_experimental_arch,
+        stdarch_nvptx,
+        allow_internal_unstable,
+        link_llvm_intrinsics
+    )
 )]
 #![warn(missing_docs)]
 

@@ -347,8 +347,8 @@ impl Context {
             }
         }
         let mut times = [0u64; crate::trace::POINTS];
-        for (t, w) in times.iter_mut().zip(bytes.chunks_exact(8)) {
-            *t = u64::from_le_bytes(w.try_into().expect("8-byte chunks"));
+        for (t, w) in times.iter_mut().zip(bytes.as_chunks::<8>().0) {
+            *t = u64::from_le_bytes(*w);
         }
         Ok(crate::trace::CallTrace::from_times(times))
     }

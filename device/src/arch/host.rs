@@ -47,8 +47,10 @@ pub struct BlockBarrier(Arc<Meeting>);
 /// The shared part of a [`BlockBarrier`].
 #[derive(Debug)]
 struct Meeting {
-    /// Threads arrived in this generation, and the generation.
-    state: Mutex<(u32, u64)>,
+    /// Threads arrived in this generation, the generation, and the OR of the predicates of
+    /// `sync_block_or` per generation parity (a slot is cleared when the generation after
+    /// its next use completes: every thread has read it by then).
+    state: Mutex<(u32, u64, [bool; 2])>,
     all_arrived: Condvar,
     threads: u32,
     /// The block's static scratch ([`block_scratch`]).
@@ -67,7 +69,7 @@ impl BlockBarrier {
     /// A barrier for `threads` threads.
     pub fn new(threads: u32) -> Self {
         Self(Arc::new(Meeting {
-            state: Mutex::new((0, 0)),
+            state: Mutex::new((0, 0, [false; 2])),
             all_arrived: Condvar::new(),
             threads: threads.max(1),
             scratch: Scratch::default(),
@@ -76,25 +78,37 @@ impl BlockBarrier {
 
     /// Waits until every thread of the block arrived (bounded: panics after two minutes).
     fn wait(&self) {
+        self.wait_or(false);
+    }
+
+    /// [`wait`](Self::wait), returning whether any thread's `pred` was true.
+    fn wait_or(&self, pred: bool) -> bool {
         let m = &*self.0;
         let mut state = m.state.lock().unwrap_or_else(|e| e.into_inner());
         let generation = state.1;
+        let slot = (generation % 2) as usize;
+        state.2[slot] |= pred;
         state.0 += 1;
         if state.0 == m.threads {
+            let any = state.2[slot];
             state.0 = 0;
             state.1 += 1;
+            // Every thread arrived here, so every one has read the other slot's last value.
+            state.2[1 - slot] = false;
             m.all_arrived.notify_all();
-            return;
+            return any;
         }
         let (state, timeout) = m
             .all_arrived
             .wait_timeout_while(state, BARRIER_BOUND, |s| s.1 == generation)
             .unwrap_or_else(|e| e.into_inner());
+        let any = state.2[slot];
         drop(state);
         assert!(
             !timeout.timed_out(),
             "an emulated block's barrier waited {BARRIER_BOUND:?} for its other threads"
         );
+        any
     }
 }
 
@@ -175,6 +189,17 @@ pub fn sync_block() {
     let barrier = with_block(|b| (b.threads > 1).then(|| b.barrier.clone()), None);
     if let Some(barrier) = barrier {
         barrier.wait();
+    }
+}
+
+/// Host: the emulated block's barrier, also telling every thread whether any thread's `pred`
+/// was true (outside a block: `pred`).
+#[inline(always)]
+pub fn sync_block_or(pred: bool) -> bool {
+    let barrier = with_block(|b| (b.threads > 1).then(|| b.barrier.clone()), None);
+    match barrier {
+        Some(barrier) => barrier.wait_or(pred),
+        None => pred,
     }
 }
 

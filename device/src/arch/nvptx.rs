@@ -50,6 +50,19 @@ pub fn sync_block() {
     unsafe { nvptx::_syncthreads() }
 }
 
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.barrier0.or"]
+    fn barrier0_or(pred: i32) -> i32;
+}
+
+/// `bar.red.or.pred` (through the LLVM intrinsic): a block barrier that also tells every
+/// thread whether any thread's `pred` was true.
+#[inline(always)]
+pub fn sync_block_or(pred: bool) -> bool {
+    // SAFETY: every thread of the block reaches this barrier (callers' contract, see Coop).
+    unsafe { barrier0_or(pred as i32) != 0 }
+}
+
 /// `trap`
 #[inline(always)]
 pub fn trap() -> ! {

@@ -24,7 +24,7 @@ use super::packet;
 use super::staging::{Get, Streams};
 use super::sync::{Call, Left};
 use super::trace::Point;
-use super::transfer::{Operator, Reducer};
+use super::transfer::{Operator, Reducer, Typed};
 use crate::arch;
 use crate::element::Element;
 use crate::partition::even_split;
@@ -140,6 +140,23 @@ unsafe fn put_unit(window: *mut u8, index: u64, v: u128, flag: u32) {
     }
 }
 
+/// [`get_unit`] out of line: the wait for a unit that was not there at the first look, kept
+/// out of the unrolled loops that look at several ranks' units at once.
+///
+/// # Safety
+/// As [`get_unit`].
+#[inline(never)]
+unsafe fn await_unit(
+    call: &Call,
+    window: *const u8,
+    index: u64,
+    flag: u32,
+    peer: u32,
+) -> Result<u128, Left> {
+    // SAFETY: forwarded contract.
+    unsafe { get_unit(call, window, index, flag, peer) }
+}
+
 /// Waits for the unit in slot `index` of a window that `peer` writes (both packets polled
 /// together).
 ///
@@ -178,11 +195,102 @@ fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
         + sender as u64 * layout.latency_window_bytes) as *mut u8
 }
 
+/// Ranks whose packets one thread loads before it decodes any.
+const IN_FLIGHT: u32 = 8;
+
+/// Runs `$body` once for each `$i` in `0..IN_FLIGHT`, written out: every index is a constant,
+/// so arrays indexed by it stay in registers (an array indexed at run time lives in local
+/// memory, which made gathering slower than waiting in turn, and LLVM does not unroll loops
+/// whose body holds a reduction's four operators).
+macro_rules! in_flight {
+    ($i:ident => $body:block) => {{
+        const _: () = assert!(IN_FLIGHT == 8);
+        {
+            let $i: u32 = 0;
+            $body
+        }
+        {
+            let $i: u32 = 1;
+            $body
+        }
+        {
+            let $i: u32 = 2;
+            $body
+        }
+        {
+            let $i: u32 = 3;
+            $body
+        }
+        {
+            let $i: u32 = 4;
+            $body
+        }
+        {
+            let $i: u32 = 5;
+            $body
+        }
+        {
+            let $i: u32 = 6;
+            $body
+        }
+        {
+            let $i: u32 = 7;
+            $body
+        }
+    }};
+}
+
+/// Unit `index` of every rank's window here, in rank order, handed to `each(rank, unit)`: the
+/// packets of [`IN_FLIGHT`] ranks are loaded before any is decoded, so units already there
+/// cost one round trip together rather than one each; a unit not there yet is then awaited
+/// alone. `own`, when given, is this rank's unit (not read from its window).
+///
+/// # Safety
+/// Every rank's window here holds at least `index + 1` units.
+#[inline(always)]
+unsafe fn gather_unit<E: FnMut(u32, u128)>(
+    call: &Call,
+    index: u64,
+    flag: u32,
+    own: Option<u128>,
+    mut each: E,
+) -> Result<(), Left> {
+    let (me, world) = (call.me(), call.world());
+    let slot = |p: u32| -> *const u8 {
+        // SAFETY: the window holds the unit (the caller's contract).
+        unsafe { window(call, me, p).add((index * UNIT_WINDOW) as usize) }
+    };
+    let mut base = 0;
+    while base < world {
+        let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
+        in_flight!(i => {
+            let p = base + i;
+            if p < world && !(p == me && own.is_some()) {
+                // SAFETY: both packets of the unit lie in the window.
+                raw[i as usize] = unsafe { packet::load_pair(slot(p)) };
+            }
+        });
+        in_flight!(i => {
+            let p = base + i;
+            if p < world {
+                let unit = match own {
+                    Some(v) if p == me => v,
+                    _ => match packet::decode_unit(raw[i as usize], flag) {
+                        Ok(v) => v,
+                        // SAFETY: as above.
+                        Err(_) => unsafe { await_unit(call, window(call, me, p), index, flag, p)? },
+                    },
+                };
+                each(p, unit);
+            }
+        });
+        base += IN_FLIGHT;
+    }
+    Ok(())
+}
+
 /// Reduces unit `u` over ranks `0..world` in order: this rank's from `src`, the others' from
-/// their packets in slot `index` of their windows here. Peers are waited for one after the
-/// other: on the H200 that beat polling four at a time with every load in flight (a6e5033:
-/// AllReduce 32 KiB at 8 ranks 25.6 µs gathered, 18.6 µs in turn), whose per-peer arrays
-/// live in local memory.
+/// their packets in slot `index` of their windows here ([`gather_unit`]).
 ///
 /// # Safety
 /// As [`one_shot`].
@@ -196,23 +304,17 @@ unsafe fn reduce_unit<T: Element, P: Operator>(
     index: u64,
     flag: u32,
 ) -> Result<u128, Left> {
-    let me = call.me();
+    let reducer = Typed::<T, P>::new(op);
     let mut acc = T::Lanes::default();
-    for p in 0..call.world() {
-        let raw = if p == me {
-            // SAFETY: forwarded contract.
-            unsafe { load_unit(src, u, bytes) }
-        } else {
-            // SAFETY: forwarded contract.
-            unsafe { get_unit(call, window(call, me, p), index, flag, p)? }
-        };
-        if p == 0 {
-            acc = T::unpack(raw);
-        } else {
-            op.lanes::<T>(&mut acc, &T::unpack(raw));
-        }
-    }
-    Ok(T::pack(acc))
+    // SAFETY: forwarded contract.
+    let own = unsafe { load_unit(src, u, bytes) };
+    // SAFETY: forwarded contract.
+    unsafe {
+        gather_unit(call, index, flag, Some(own), |p, v| {
+            reducer.fold_unit(&mut acc, p == 0, v)
+        })?
+    };
+    Ok(reducer.unit_of(acc))
 }
 
 /// One-shot AllReduce of `bytes` bytes of `T`.
@@ -381,19 +483,14 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
         }
     }
     call.mark(Point::Sent);
-    // 2. Consume: copy a peer's window, copy locally, or reduce every rank's window.
+    // 2. Consume. Peers' streams first, unit by unit across IN_FLIGHT streams at a time (see
+    // `gather_unit`): one round trip for the peers' units already here, not one per peer.
+    // SAFETY: forwarded contract.
+    unsafe { copy_from_peers(call, streams, flag, first, stride)? };
+    // Then copy locally, or reduce every rank's window.
     for j in 0..streams.gets() {
         match streams.get(j) {
-            Get::Copy { peer, dst, len, .. } => {
-                let mut u = first;
-                while u < units(len) {
-                    // SAFETY: this rank's window for `peer` holds the stream.
-                    let v = unsafe { get_unit(call, window(call, me, peer), u, flag, peer)? };
-                    // SAFETY: the stream lies in this rank's `dst`.
-                    unsafe { store_unit(dst, u, len, v) };
-                    u += stride;
-                }
-            }
+            Get::Copy { .. } => {}
             Get::Local { src, dst, len } if !core::ptr::eq(src, dst) => {
                 // SAFETY: both lie in this rank's buffers (disjoint, or equal and skipped).
                 unsafe { copy_units(src, dst, len, first, stride) };
@@ -402,10 +499,15 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
             Get::Reduce { len, dst, .. } if !dst.is_null() => {
                 let mut u = first;
                 while u < units(len) {
-                    let v = reducer.reduce_unit(world, |p| {
-                        // SAFETY: this rank's window for `p` (itself included) holds the stream.
-                        unsafe { get_unit(call, window(call, me, p), u, flag, p) }
-                    })?;
+                    let mut acc = R::Acc::default();
+                    // SAFETY: this rank's window for every rank (itself included) holds the
+                    // stream.
+                    unsafe {
+                        gather_unit(call, u, flag, None, |p, v| {
+                            reducer.fold_unit(&mut acc, p == 0, v)
+                        })?
+                    };
+                    let v = reducer.unit_of(acc);
                     // SAFETY: the stream lies in this rank's `dst`.
                     unsafe { store_unit(dst, u, len, v) };
                     u += stride;
@@ -415,6 +517,72 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
             // runs `one_shot` / `two_shot` instead.
             Get::Reduce { .. } => arch::trap(),
         }
+    }
+    Ok(())
+}
+
+/// The copying consumer streams of a call (a peer's window to `dst`): for each of this thread's
+/// units, the packets of [`IN_FLIGHT`] streams are loaded before any is decoded, and a unit not
+/// there yet is then awaited alone.
+///
+/// # Safety
+/// As [`streams`].
+#[inline(always)]
+unsafe fn copy_from_peers<S: Streams>(
+    call: &Call,
+    streams: &S,
+    flag: u32,
+    first: u64,
+    stride: u64,
+) -> Result<(), Left> {
+    let me = call.me();
+    let gets = streams.gets();
+    let copied = |j: u32| match streams.get(j) {
+        Get::Copy { peer, dst, len, .. } => Some((peer, dst, len)),
+        _ => None,
+    };
+    let longest = (0..gets)
+        .filter_map(copied)
+        .map(|(_, _, len)| units(len))
+        .max();
+    let mut u = first;
+    while u < longest.unwrap_or(0) {
+        let mut base = 0;
+        while base < gets {
+            let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
+            in_flight!(i => {
+                let j = base + i;
+                if j < gets
+                    && let Some((peer, _, len)) = copied(j)
+                    && u < units(len)
+                {
+                    // SAFETY: this rank's window for `peer` holds the stream's units, both
+                    // packets of each.
+                    raw[i as usize] = unsafe {
+                        packet::load_pair(window(call, me, peer).add((u * UNIT_WINDOW) as usize))
+                    };
+                }
+            });
+            in_flight!(i => {
+                let j = base + i;
+                if j < gets
+                    && let Some((peer, dst, len)) = copied(j)
+                    && u < units(len)
+                {
+                    let v = match packet::decode_unit(raw[i as usize], flag) {
+                        Ok(v) => v,
+                        // SAFETY: as above.
+                        Err(_) => unsafe {
+                            await_unit(call, window(call, me, peer), u, flag, peer)?
+                        },
+                    };
+                    // SAFETY: the stream lies in this rank's `dst`.
+                    unsafe { store_unit(dst, u, len, v) };
+                }
+            });
+            base += IN_FLIGHT;
+        }
+        u += stride;
     }
     Ok(())
 }

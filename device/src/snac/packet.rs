@@ -75,13 +75,37 @@ pub unsafe fn try_get(p: *const u8, flag: u32) -> Result<u64, u64> {
 #[inline(always)]
 pub unsafe fn try_get_unit(p: *const u8, flag: u32) -> Result<u128, u64> {
     // SAFETY: the caller guarantees both slots.
-    let (lo, hi) = unsafe {
-        (
+    decode_unit(unsafe { load_pair(p) }, flag)
+}
+
+/// Loads the two packets of a 16-byte unit (at `p` and `p + 16`), both loads issued before
+/// either is used.
+///
+/// # Safety
+/// As [`try_get_unit`].
+#[inline(always)]
+pub unsafe fn load_pair(p: *const u8) -> [[u64; 2]; 2] {
+    // SAFETY: the caller guarantees both slots.
+    unsafe {
+        [
             arch::ld_volatile_v2_u64(p as *const [u64; 2]),
             arch::ld_volatile_v2_u64(p.add(16) as *const [u64; 2]),
-        )
-    };
-    match (decode(lo, flag), decode(hi, flag)) {
+        ]
+    }
+}
+
+/// A 16-byte unit from its two packets as loaded (low half first), if both carry `flag`; else
+/// the flag seen.
+///
+/// ```
+/// use purlin_device::snac::packet::{decode_unit, encode};
+/// let packets = [encode(7, 5), encode(1, 5)];
+/// assert_eq!(decode_unit(packets, 5), Ok(7 | 1 << 64));
+/// assert_eq!(decode_unit(packets, 6), Err(5));
+/// ```
+#[inline(always)]
+pub const fn decode_unit(packets: [[u64; 2]; 2], flag: u32) -> Result<u128, u64> {
+    match (decode(packets[0], flag), decode(packets[1], flag)) {
         (Ok(lo), Ok(hi)) => Ok(lo as u128 | (hi as u128) << 64),
         (Err(seen), _) | (_, Err(seen)) => Err(seen),
     }

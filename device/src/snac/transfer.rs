@@ -211,13 +211,30 @@ pub(crate) trait Reducer: Copy {
         smem: *mut u8,
     );
 
+    /// The packet paths' running reduction of one 16-byte unit, in `f32` registers.
+    type Acc: Copy + Default;
+
+    /// Folds source `i`'s `unit` into `acc`, sources in order from 0 (`first`: source 0, which
+    /// starts it).
+    fn fold_unit(self, acc: &mut Self::Acc, first: bool, unit: u128);
+
+    /// The reduced unit, rounded to the element type once.
+    fn unit_of(self, acc: Self::Acc) -> u128;
+
     /// One 16-byte unit reduced over `n` sources in order (`unit(i)` fetches source `i`'s),
     /// in `f32`, rounded once: the packet paths' datapath, in registers.
+    #[inline(always)]
     fn reduce_unit<F: FnMut(u32) -> Result<u128, Left>>(
         self,
         n: u32,
-        unit: F,
-    ) -> Result<u128, Left>;
+        mut unit: F,
+    ) -> Result<u128, Left> {
+        let mut acc = Self::Acc::default();
+        for i in 0..n {
+            self.fold_unit(&mut acc, i == 0, unit(i)?);
+        }
+        Ok(self.unit_of(acc))
+    }
 }
 
 /// The reduction of elements `T` with operator `P`.
@@ -251,17 +268,20 @@ impl<T: Element, P: Operator> Reducer for Typed<T, P> {
         unsafe { self.op.reduce::<A, T>(coop, dst, srcs, bytes, smem) }
     }
 
+    type Acc = T::Lanes;
+
     #[inline(always)]
-    fn reduce_unit<F: FnMut(u32) -> Result<u128, Left>>(
-        self,
-        n: u32,
-        mut unit: F,
-    ) -> Result<u128, Left> {
-        let mut acc = T::unpack(unit(0)?);
-        for i in 1..n {
-            self.op.lanes::<T>(&mut acc, &T::unpack(unit(i)?));
+    fn fold_unit(self, acc: &mut T::Lanes, first: bool, unit: u128) {
+        if first {
+            *acc = T::unpack(unit);
+        } else {
+            self.op.lanes::<T>(acc, &T::unpack(unit));
         }
-        Ok(T::pack(acc))
+    }
+
+    #[inline(always)]
+    fn unit_of(self, acc: T::Lanes) -> u128 {
+        T::pack(acc)
     }
 }
 
@@ -275,7 +295,13 @@ impl Reducer for NoReduce {
         crate::arch::trap()
     }
 
-    fn reduce_unit<F: FnMut(u32) -> Result<u128, Left>>(self, _: u32, _: F) -> Result<u128, Left> {
+    type Acc = ();
+
+    fn fold_unit(self, _: &mut (), _: bool, _: u128) {
+        crate::arch::trap()
+    }
+
+    fn unit_of(self, _: ()) -> u128 {
         crate::arch::trap()
     }
 }
