@@ -72,7 +72,7 @@ if [ $tests = 1 ]; then
     [ -n "$filter" ] && ! [[ $name =~ $filter ]] && continue
     log=$logs/test-${name//::/.}.log
     start=$(date +%s)
-    bounded "${PURLIN_GPU_TEST_TIMEOUT:-240}" "$gpu_bin" --exact "$name" --test-threads=1 --nocapture >"$log" 2>&1
+    bounded "${PURLIN_GPU_TEST_TIMEOUT:-420}" "$gpu_bin" --exact "$name" --test-threads=1 --nocapture >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     if [ $rc -eq 125 ]; then
