@@ -1,4 +1,5 @@
-//! The context a collective kernel takes by value: where every rank's symmetric buffers are,
+//! The context a collective kernel takes (as a kernel parameter, read in place by the
+//! collectives through a reference): where every rank's symmetric buffers are,
 //! where this rank's local protocol state is, and the sizes. `#[repr(C)]` and `Copy`, the same
 //! bytes on host and device; the host fills it once per communicator (see `purlin::Context`).
 //!
@@ -175,7 +176,8 @@ impl LocalState {
     pub const BYTES: usize = Self::TRACE + Self::TRACE_BYTES;
 }
 
-/// What a collective kernel knows about its communicator. Passed by value.
+/// What a collective kernel knows about its communicator: a kernel parameter, which the
+/// collectives read through a reference (`kernel_param!` reads it without a copy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Context {

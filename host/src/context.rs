@@ -1,5 +1,5 @@
 //! The communicator of one rank: [`Context`] owns a [`Workspace`], knows its stream, and
-//! builds the `#[repr(C)]` [`DeviceContext`] that kernels take by value. It holds no
+//! builds the `#[repr(C)]` [`DeviceContext`] that kernels take as a parameter. It holds no
 //! host-side epoch state — epochs and counters live in the workspace's device memory — so it
 //! serves any number of collectives, and launches made with it can be captured in CUDA graphs.
 //!
@@ -180,7 +180,7 @@ impl Context {
         self.view.world
     }
 
-    /// The device view kernels take by value (`#[repr(C)]`, the same bytes on host and
+    /// The device view kernels take as a parameter (`#[repr(C)]`, the same bytes on host and
     /// device). Pass it to a host-launched collective, or into your own kernel that calls
     /// collectives from device code.
     ///
