@@ -813,8 +813,8 @@ fn barrier(n: u32) {
 }
 
 /// A traced call (`Plan::trace`) leaves every rank's phase times in its local state, in the
-/// order the call passes them, with `Sent` only where the call sends packets; an untraced call
-/// leaves the trace as it was.
+/// order the call passes them, with `Sent` and `Received` only where the call sends packets;
+/// an untraced call leaves the trace as it was.
 #[test]
 fn traced_calls_record_their_phases_in_order() {
     use purlin_device::context::LocalState;
@@ -856,7 +856,7 @@ fn traced_calls_record_their_phases_in_order() {
                 let t = read(&comm, rank);
                 let passed: Vec<u64> = Point::ALL
                     .iter()
-                    .filter(|&&p| packets || p != Point::Sent)
+                    .filter(|&&p| packets || !matches!(p, Point::Sent | Point::Received))
                     .map(|&p| t[p as usize])
                     .collect();
                 assert!(
@@ -867,11 +867,13 @@ fn traced_calls_record_their_phases_in_order() {
                     passed.windows(2).all(|w| w[0] <= w[1]),
                     "out of order: {t:?}"
                 );
-                assert_eq!(
-                    t[Point::Sent as usize] != 0,
-                    packets,
-                    "{kind:?} {bytes} B: {t:?}"
-                );
+                for p in [Point::Sent, Point::Received] {
+                    assert_eq!(
+                        t[p as usize] != 0,
+                        packets,
+                        "{kind:?} {bytes} B {p:?}: {t:?}"
+                    );
+                }
             }
             let before: Vec<_> = (0..world).map(|r| read(&comm, r)).collect();
             launch.plan.trace = 0;

@@ -7,7 +7,7 @@
 //! | [`Packed`] | the whole buffer (the same for every peer) |
 //! | [`Scattered`] | slot `q`: `q × bytes .. (q + 1) × bytes` |
 //! | [`Transposed`] | slot `q`, filled by (or taken from) rank `q` |
-//! | [`PackedV`], [`ScatteredV`], [`TransposedV`] | the same with per-part element counts read from memory |
+//! | [`PackedV`], [`ScatteredV`], [`TransposedV`] | the same with per-part element counts (and starts) read from memory |
 //!
 //! AllGather = packed → scattered, ReduceScatter = scattered → packed (reduce),
 //! AllToAll = scattered → transposed, AllReduce = packed → packed (reduce), run as
@@ -17,8 +17,8 @@
 //! use purlin_device::layout::{Layout, Packed, Scattered, ScatteredV, Split};
 //! assert_eq!(Packed { bytes: 12 }.part(1, 3), (0, 12));
 //! assert_eq!(Scattered { bytes: 12 }.part(1, 3), (36, 12));
-//! let counts = [2u64, 0, 5];
-//! let v = ScatteredV { counts: counts.as_ptr(), elem_bytes: 4 };
+//! let (counts, starts) = ([2u64, 0, 5], [0u64, 2, 2]);
+//! let v = ScatteredV { counts: counts.as_ptr(), starts: starts.as_ptr(), elem_bytes: 4 };
 //! assert_eq!(v.part(0, 2), (8, 20));
 //! assert_eq!(v.max_part(3), Some(20));
 //! // AllReduce shards: whole 16-byte units, the last one takes the tail.
@@ -98,19 +98,16 @@ unsafe fn count(counts: *const u64, i: u32) -> u64 {
     unsafe { counts.add(i as usize).read_volatile() }
 }
 
-/// Offset and length of part `q` of parts sized `counts[0..]` elements of `elem_bytes`.
-// Out of line: the streams of a V collective ask for parts in many places, and each inlined
-// copy of this loop (of volatile loads, unrolled) added code and registers to the kernel.
-#[inline(never)]
-fn prefix(counts: *const u64, elem_bytes: u32, q: u32) -> (u64, u64) {
-    let mut offset = 0;
-    for i in 0..q {
-        // SAFETY: the layout's contract: `counts` holds a value per rank.
-        offset += unsafe { count(counts, i) };
-    }
-    // SAFETY: as above.
-    let len = unsafe { count(counts, q) };
-    (offset * elem_bytes as u64, len * elem_bytes as u64)
+/// Offset and length in bytes of part `q` of parts sized `counts[..]` elements of `elem_bytes`
+/// that start at `starts[..]` elements.
+///
+/// # Safety
+/// `counts` and `starts` are valid for `q + 1` values.
+#[inline(always)]
+unsafe fn part_at(counts: *const u64, starts: *const u64, elem_bytes: u32, q: u32) -> (u64, u64) {
+    let elem = elem_bytes as u64;
+    // SAFETY: forwarded contract.
+    unsafe { (count(starts, q) * elem, count(counts, q) * elem) }
 }
 
 /// The whole buffer, `counts[rank]` elements of `elem_bytes` (AllGatherV input).
@@ -138,11 +135,15 @@ impl Layout for PackedV {
 }
 
 /// Parts of `counts[q]` elements, one after the other in rank order (AllGatherV output,
-/// ReduceScatterV and AllToAllV input).
+/// ReduceScatterV and AllToAllV input): part `q` starts at element `starts[q]`, the sum of the
+/// counts before it (the collectives compute them once per call, with the counts' check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScatteredV {
     /// One count per part (valid for `world` values while the collective runs).
     pub counts: *const u64,
+    /// Where each part starts, in elements: `starts[q] = counts[0] + … + counts[q - 1]`
+    /// (valid for `world` values while the collective runs).
+    pub starts: *const u64,
     /// Bytes per element.
     pub elem_bytes: u32,
 }
@@ -150,7 +151,8 @@ pub struct ScatteredV {
 impl Layout for ScatteredV {
     #[inline(always)]
     fn part(&self, _: u32, peer: u32) -> (u64, u64) {
-        prefix(self.counts, self.elem_bytes, peer)
+        // SAFETY: the type's contract.
+        unsafe { part_at(self.counts, self.starts, self.elem_bytes, peer) }
     }
     #[inline(always)]
     fn max_part(&self, world: u32) -> Option<u64> {
@@ -158,12 +160,16 @@ impl Layout for ScatteredV {
     }
 }
 
-/// Parts of `counts[p]` elements received from rank `p`, in rank order (AllToAllV output).
-/// Only this rank's counts are known here, so the largest part of other ranks is not.
+/// Parts of `counts[p]` elements received from rank `p`, in rank order (AllToAllV output),
+/// part `p` starting at element `starts[p]` (as [`ScatteredV`]). Only this rank's counts are
+/// known here, so the largest part of other ranks is not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransposedV {
     /// One count per source rank (valid for `world` values while the collective runs).
     pub counts: *const u64,
+    /// Where each part starts, in elements (valid for `world` values while the collective
+    /// runs).
+    pub starts: *const u64,
     /// Bytes per element.
     pub elem_bytes: u32,
 }
@@ -171,7 +177,8 @@ pub struct TransposedV {
 impl Layout for TransposedV {
     #[inline(always)]
     fn part(&self, _: u32, peer: u32) -> (u64, u64) {
-        prefix(self.counts, self.elem_bytes, peer)
+        // SAFETY: the type's contract.
+        unsafe { part_at(self.counts, self.starts, self.elem_bytes, peer) }
     }
     #[inline(always)]
     fn max_part(&self, _: u32) -> Option<u64> {
@@ -231,7 +238,11 @@ mod tests {
         #[test]
         fn v_parts_tile_the_buffer(counts in proptest::collection::vec(0u64..1000, 1..=16), elem in 1u32..=4) {
             let world = counts.len() as u32;
-            let l = ScatteredV { counts: counts.as_ptr(), elem_bytes: elem };
+            let starts: Vec<u64> = counts
+                .iter()
+                .scan(0, |sum, &c| { let at = *sum; *sum += c; Some(at) })
+                .collect();
+            let l = ScatteredV { counts: counts.as_ptr(), starts: starts.as_ptr(), elem_bytes: elem };
             let mut next = 0;
             for q in 0..world {
                 let (offset, len) = l.part(0, q);

@@ -6,7 +6,8 @@
 //!
 //! ```
 //! use purlin::trace::{CallTrace, Point};
-//! let t = CallTrace::from_times([1_000, 1_400, 1_500, 0, 2_000, 2_600, 2_700]);
+//! // Entry, Checked, Begun, Announced, Sent, Received, Moved, Digests, End.
+//! let t = CallTrace::from_times([1_000, 1_200, 1_400, 1_500, 0, 0, 2_000, 2_600, 2_700]);
 //! assert_eq!(t.since_entry_us(Point::Digests), Some(1.6));
 //! assert_eq!(t.since_entry_us(Point::Sent), None); // not passed
 //! assert_eq!(t.at(Point::End), Some(2_700));

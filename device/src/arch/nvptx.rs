@@ -366,8 +366,9 @@ pub fn nanosleep(ns: u32) {
 #[inline(always)]
 pub fn global_timer_ns() -> u64 {
     let t: u64;
+    // Not `nomem`: a trace mark must read the clock after the memory accesses before it.
     // SAFETY: reading a special register has no preconditions.
-    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nostack, nomem)) };
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nostack)) };
     t
 }
 

@@ -399,12 +399,36 @@ unsafe fn scratch<A: Atom>(args: &SnacArgs) -> *mut u8 {
     unsafe { args.smem.add(scratch_offset::<A>() as usize) }
 }
 
+/// The V counts of a call, validated into the block's scratch (see [`validated_counts`]).
+#[derive(Clone, Copy)]
+struct Counts {
+    /// The counts (`world`, or `2 × world` for AllToAllV: sent, then received).
+    counts: *const u64,
+    /// Where each part starts, in elements: the sum of the counts before it in its half.
+    starts: *const u64,
+    /// The digest's counts packet.
+    word: u64,
+}
+
+impl Counts {
+    /// Half `h` (0, or 1 for the AllToAllV counts received) as `(counts, starts)`.
+    ///
+    /// # Safety
+    /// `h` is 0, or 1 for AllToAllV.
+    #[inline(always)]
+    unsafe fn half(self, h: u32, world: u32) -> (*const u64, *const u64) {
+        let at = (h * world) as usize;
+        // SAFETY: the scratch holds `2 × world` of each for AllToAllV, `world` otherwise.
+        unsafe { (self.counts.add(at), self.starts.add(at)) }
+    }
+}
+
 /// The V counts of this call, read once from `args.counts` into the block's scratch and
-/// checked there (thread 0): every count at most `args.max_count`, no sum or byte size past 64 bits,
-/// and this rank's buffers large enough for what the counts describe. Records the refusal and
-/// returns `None` otherwise; else the validated counts (`n` values in shared memory, which the
-/// layouts then read: a count rewritten during the call cannot bypass the check) and the
-/// digest's counts packet. Every thread calls.
+/// checked there (thread 0): every count at most `args.max_count`, no sum or byte size past 64
+/// bits, and this rank's buffers large enough for what the counts describe. Records the
+/// refusal and returns `None` otherwise; else the validated counts and their parts' starts
+/// (`n` values each in shared memory, which the layouts then read: a count rewritten during
+/// the call cannot bypass the check) and the digest's counts packet. Every thread calls.
 ///
 /// # Safety
 /// `args.counts` valid for `n` values (`world`, or `2 × world` for AllToAllV); `scratch` as
@@ -416,17 +440,19 @@ unsafe fn validated_counts(
     kind: CollectiveKind,
     elem: u64,
     scratch: *mut u8,
-) -> Option<(*const u64, u64)> {
+) -> Option<Counts> {
     let w = ctx.world as usize;
     let n = if kind == CollectiveKind::AllToAllV {
         2 * w
     } else {
         w
     };
-    // SAFETY: the scratch holds SNAC_SMEM_BYTES (2 × MAX_RANKS counts, the status words).
-    let (counts, status) = unsafe {
+    // SAFETY: the scratch holds SNAC_SMEM_BYTES (2 × MAX_RANKS counts and starts, the status
+    // words).
+    let (counts, starts, status) = unsafe {
         (
             scratch.add(SCRATCH_COUNTS) as *mut u64,
+            scratch.add(crate::snac::SCRATCH_STARTS) as *mut u64,
             scratch.add(crate::snac::SCRATCH_STATUS) as *mut u64,
         )
     };
@@ -457,6 +483,9 @@ unsafe fn validated_counts(
                 refusal = Some((Refusal::CountAboveMax, i as u32, args.max_count, c));
             }
             let half = i / w;
+            // SAFETY: inside the scratch (`2 × MAX_RANKS` starts); a wrapped start is never
+            // read, since the overflow refuses the call.
+            unsafe { starts.add(i).write_volatile(sums[half]) };
             match sums[half].checked_add(c) {
                 Some(s) => sums[half] = s,
                 None if refusal.is_none() => {
@@ -466,9 +495,8 @@ unsafe fn validated_counts(
             }
         }
         let mine = words[ctx.rank as usize];
-        let before: u64 = words[..ctx.rank as usize]
-            .iter()
-            .fold(0u64, |a, &c| a.saturating_add(c));
+        // SAFETY: written just above (the sum of this half's counts before this rank's).
+        let before = unsafe { starts.add(ctx.rank as usize).read_volatile() };
         let (src, dst) = match kind {
             CollectiveKind::AllGatherV => (mine.checked_mul(elem), sums[0].checked_mul(elem)),
             CollectiveKind::ReduceScatterV => (sums[0].checked_mul(elem), mine.checked_mul(elem)),
@@ -506,11 +534,16 @@ unsafe fn validated_counts(
     }
     crate::arch::sync_block();
     // SAFETY: written by thread 0 before the barrier; rewritten only by the next call.
-    match unsafe { status.read_volatile() } {
-        u64::MAX => None,
-        w if w == digest::PER_PAIR - 1 => Some((counts as *const u64, digest::PER_PAIR)),
-        w => Some((counts as *const u64, w)),
-    }
+    let word = match unsafe { status.read_volatile() } {
+        u64::MAX => return None,
+        w if w == digest::PER_PAIR - 1 => digest::PER_PAIR,
+        w => w,
+    };
+    Some(Counts {
+        counts,
+        starts,
+        word,
+    })
 }
 
 /// A call that moves nothing on any rank (0 bytes, or every V count 0): the ranks still meet,
@@ -528,8 +561,16 @@ unsafe fn empty<A: Atom>(
     digest: &Digest,
 ) {
     // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
-    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) }
-        .traced(&args.plan);
+    let mut call = unsafe {
+        Call::begin(
+            ctx,
+            kind,
+            args.block,
+            scratch::<A>(args),
+            digest,
+            &args.plan,
+        )
+    };
     call.announce_arrival();
     let _ = call.await_digests();
     call.finish(1, args.blocks, coll_blocks);
@@ -631,8 +672,16 @@ unsafe fn staged<A: Atom, C: Config, S: Streams, R: Reducer>(
     }
     // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid and
     // `args.block < MAX_BLOCKS` (checked).
-    let mut call = unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), digest) }
-        .traced(&args.plan);
+    let mut call = unsafe {
+        Call::begin(
+            ctx,
+            kind,
+            args.block,
+            scratch::<A>(args),
+            digest,
+            &args.plan,
+        )
+    };
     call.announce_arrival();
     if packets {
         // SAFETY: forwarded contract; every stream fits a window (`lean`).
@@ -757,9 +806,16 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
     match algorithm {
         Algorithm::OneShot | Algorithm::TwoShot => {
             // SAFETY: `args.smem` holds `smem_bytes::<A>()`; `ctx` valid; block checked.
-            let mut call =
-                unsafe { Call::begin(ctx, kind, args.block, scratch::<A>(args), &digest) }
-                    .traced(&args.plan);
+            let mut call = unsafe {
+                Call::begin(
+                    ctx,
+                    kind,
+                    args.block,
+                    scratch::<A>(args),
+                    &digest,
+                    &args.plan,
+                )
+            };
             call.announce_arrival();
             let (dst, src, blocks) = (args.dst, args.src, args.blocks);
             // SAFETY (both arms): forwarded contract; the payload fits the windows (checked by
@@ -900,16 +956,16 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
     };
     if V {
         // SAFETY: forwarded contract (`world` counts).
-        let Some((counts, word)) =
-            (unsafe { validated_counts(args, ctx, kind, size, scratch::<A>(args)) })
+        let Some(v) = (unsafe { validated_counts(args, ctx, kind, size, scratch::<A>(args)) })
         else {
             return;
         };
         let layout = ScatteredV {
-            counts,
+            counts: v.counts,
+            starts: v.starts,
             elem_bytes: size as u32,
         };
-        let digest = id.digest(args, ctx, plan, args.max_count, word);
+        let digest = id.digest(args, ctx, plan, args.max_count, v.word);
         // SAFETY: forwarded contract.
         unsafe {
             scatter::<A, C, _, _>(args, ctx, kind, plan, coll_blocks, layout, reducer, &digest)
@@ -1013,22 +1069,21 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         return;
     };
     // SAFETY: forwarded contract (`world` counts).
-    let Some((counts, word)) =
-        (unsafe { validated_counts(args, ctx, kind, elem, scratch::<A>(args)) })
-    else {
+    let Some(v) = (unsafe { validated_counts(args, ctx, kind, elem, scratch::<A>(args)) }) else {
         return;
     };
     let src = PackedV {
-        counts,
+        counts: v.counts,
         elem_bytes: args.elem_bytes,
     };
     let dst = ScatteredV {
-        counts,
+        counts: v.counts,
+        starts: v.starts,
         elem_bytes: args.elem_bytes,
     };
     let plan = C::plan(&args.plan);
     let digest =
-        Identity::copy(kind, args.elem_bytes).digest(args, ctx, &plan, args.max_count, word);
+        Identity::copy(kind, args.elem_bytes).digest(args, ctx, &plan, args.max_count, v.word);
     // SAFETY: forwarded contract.
     unsafe { gather_with::<A, C, _, _>(args, ctx, kind, &plan, coll_blocks, src, dst, &digest) }
 }
@@ -1169,23 +1224,25 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         return;
     };
     // SAFETY: forwarded contract (`2 × world` counts).
-    let Some((counts, word)) =
-        (unsafe { validated_counts(args, ctx, kind, elem, scratch::<A>(args)) })
-    else {
+    let Some(v) = (unsafe { validated_counts(args, ctx, kind, elem, scratch::<A>(args)) }) else {
         return;
     };
+    // SAFETY (both): AllToAllV's validated counts and starts hold 2 × world values.
+    let ((sent, sent_at), (received, received_at)) =
+        unsafe { (v.half(0, ctx.world), v.half(1, ctx.world)) };
     let src = ScatteredV {
-        counts,
+        counts: sent,
+        starts: sent_at,
         elem_bytes: args.elem_bytes,
     };
-    // SAFETY: the validated counts hold 2 × world values.
     let dst = TransposedV {
-        counts: unsafe { counts.add(ctx.world as usize) },
+        counts: received,
+        starts: received_at,
         elem_bytes: args.elem_bytes,
     };
     let plan = C::plan(&args.plan);
     let digest =
-        Identity::copy(kind, args.elem_bytes).digest(args, ctx, &plan, args.max_count, word);
+        Identity::copy(kind, args.elem_bytes).digest(args, ctx, &plan, args.max_count, v.word);
     // AllToAllV always runs the protocol: a rank with nothing to send or receive still agrees
     // on the size with the others.
     // SAFETY: forwarded contract.

@@ -349,6 +349,7 @@ pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
         u += stride;
     }
     call.mark(Point::Sent);
+    call.check_digests_early();
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
@@ -357,6 +358,7 @@ pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
         unsafe { store_unit(dst, u, bytes, v) };
         u += stride;
     }
+    call.mark(Point::Received);
     Ok(())
 }
 
@@ -401,6 +403,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
         u += stride;
     }
     call.mark(Point::Sent);
+    call.check_digests_early();
     // 2. Reduce this rank's shard, keep it, and send it to every peer.
     let mut i = first;
     while i < my_len {
@@ -437,6 +440,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
         }
         u += stride;
     }
+    call.mark(Point::Received);
     Ok(())
 }
 
@@ -483,12 +487,17 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
         }
     }
     call.mark(Point::Sent);
+    call.check_digests_early();
     // 2. Consume. Peers' streams first, unit by unit across IN_FLIGHT streams at a time (see
     // `gather_unit`): one round trip for the peers' units already here, not one per peer.
     // SAFETY: forwarded contract.
-    unsafe { copy_from_peers(call, streams, flag, first, stride)? };
+    let others = unsafe { copy_from_peers(call, streams, flag, first, stride)? };
+    call.mark(Point::Received);
     // Then copy locally, or reduce every rank's window.
     for j in 0..streams.gets() {
+        if others & (1 << j) == 0 {
+            continue;
+        }
         match streams.get(j) {
             Get::Copy { .. } => {}
             Get::Local { src, dst, len } if !core::ptr::eq(src, dst) => {
@@ -521,9 +530,10 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
     Ok(())
 }
 
-/// The copying consumer streams of a call (a peer's window to `dst`): for each of this thread's
-/// units, the packets of [`IN_FLIGHT`] streams are loaded before any is decoded, and a unit not
-/// there yet is then awaited alone.
+/// The copying consumer streams of a call (a peer's window to `dst`), [`IN_FLIGHT`] streams at
+/// a time: each stream looked up once, then for each of this thread's units the packets of
+/// every stream of the batch loaded before any is decoded, and a unit not there yet awaited
+/// alone. Returns the other consumer streams (bit `j` for stream `j`), which the caller runs.
 ///
 /// # Safety
 /// As [`streams`].
@@ -534,57 +544,65 @@ unsafe fn copy_from_peers<S: Streams>(
     flag: u32,
     first: u64,
     stride: u64,
-) -> Result<(), Left> {
+) -> Result<u32, Left> {
+    const _: () = assert!(
+        crate::context::MAX_RANKS < 32,
+        "one bit per consumer stream"
+    );
     let me = call.me();
     let gets = streams.gets();
-    let copied = |j: u32| match streams.get(j) {
-        Get::Copy { peer, dst, len, .. } => Some((peer, dst, len)),
-        _ => None,
-    };
-    let longest = (0..gets)
-        .filter_map(copied)
-        .map(|(_, _, len)| units(len))
-        .max();
-    let mut u = first;
-    while u < longest.unwrap_or(0) {
-        let mut base = 0;
-        while base < gets {
+    let mut others = 0u32;
+    let mut base = 0;
+    while base < gets {
+        // This batch's copies, each stream looked up once (a V layout's lookup reads its
+        // counts): the peer, its window here, where the stream goes and its length (0: none).
+        let mut peer = [0u32; IN_FLIGHT as usize];
+        let mut from = [core::ptr::null::<u8>(); IN_FLIGHT as usize];
+        let mut dst = [core::ptr::null_mut::<u8>(); IN_FLIGHT as usize];
+        let mut len = [0u64; IN_FLIGHT as usize];
+        let mut longest = 0;
+        in_flight!(i => {
+            let j = base + i;
+            if j < gets {
+                match streams.get(j) {
+                    Get::Copy { peer: p, dst: d, len: l, .. } => {
+                        (peer[i as usize], dst[i as usize], len[i as usize]) = (p, d, l);
+                        from[i as usize] = window(call, me, p);
+                        longest = longest.max(units(l));
+                    }
+                    _ => others |= 1 << j,
+                }
+            }
+        });
+        let mut u = first;
+        while u < longest {
             let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
             in_flight!(i => {
-                let j = base + i;
-                if j < gets
-                    && let Some((peer, _, len)) = copied(j)
-                    && u < units(len)
-                {
-                    // SAFETY: this rank's window for `peer` holds the stream's units, both
+                if u < units(len[i as usize]) {
+                    // SAFETY: this rank's window for the peer holds the stream's units, both
                     // packets of each.
                     raw[i as usize] = unsafe {
-                        packet::load_pair(window(call, me, peer).add((u * UNIT_WINDOW) as usize))
+                        packet::load_pair(from[i as usize].add((u * UNIT_WINDOW) as usize))
                     };
                 }
             });
             in_flight!(i => {
-                let j = base + i;
-                if j < gets
-                    && let Some((peer, dst, len)) = copied(j)
-                    && u < units(len)
-                {
+                let (n, at) = (len[i as usize], from[i as usize]);
+                if u < units(n) {
                     let v = match packet::decode_unit(raw[i as usize], flag) {
                         Ok(v) => v,
                         // SAFETY: as above.
-                        Err(_) => unsafe {
-                            await_unit(call, window(call, me, peer), u, flag, peer)?
-                        },
+                        Err(_) => unsafe { await_unit(call, at, u, flag, peer[i as usize])? },
                     };
                     // SAFETY: the stream lies in this rank's `dst`.
-                    unsafe { store_unit(dst, u, len, v) };
+                    unsafe { store_unit(dst[i as usize], u, n, v) };
                 }
             });
-            base += IN_FLIGHT;
+            u += stride;
         }
-        u += stride;
+        base += IN_FLIGHT;
     }
-    Ok(())
+    Ok(others)
 }
 
 /// Copies units `first, first + stride, …` of a `len`-byte buffer through registers.

@@ -89,8 +89,9 @@ pub use fault::{CollectiveKind, DigestField, Fault, FaultKind, FaultRecord, Refu
 use crate::atom::Atom;
 
 /// Bytes of shared memory SNAC needs for itself, after the Atom's: block-wide broadcast words,
-/// the call's epoch and digest, and the V collectives' validated counts (`2 × MAX_RANKS`).
-pub const SNAC_SMEM_BYTES: u32 = SCRATCH_COUNTS as u32 + 2 * crate::context::MAX_RANKS as u32 * 8;
+/// the call's epoch and digest, and the V collectives' validated counts and their parts'
+/// starts (`2 × MAX_RANKS` each).
+pub const SNAC_SMEM_BYTES: u32 = SCRATCH_STARTS as u32 + 2 * crate::context::MAX_RANKS as u32 * 8;
 
 /// Where in SNAC's scratch the call digest lies (bytes).
 pub(crate) const SCRATCH_DIGEST: usize = 16;
@@ -98,6 +99,8 @@ pub(crate) const SCRATCH_DIGEST: usize = 16;
 pub(crate) const SCRATCH_STATUS: usize = 48;
 /// Where in SNAC's scratch the validated V counts lie (bytes).
 pub(crate) const SCRATCH_COUNTS: usize = 64;
+/// Where in SNAC's scratch the V parts' starts lie (bytes; the sums of the counts before each).
+pub(crate) const SCRATCH_STARTS: usize = SCRATCH_COUNTS + 2 * crate::context::MAX_RANKS * 8;
 
 /// Dynamic shared memory a collective kernel with Atom `A` needs per block: the Atom's
 /// pipeline, then SNAC's scratch words (block-wide broadcasts).

@@ -12,6 +12,7 @@ use super::trace::{self, Point};
 use super::{Plan, SCRATCH_COUNTS, SCRATCH_DIGEST, epoch, packet};
 use crate::arch;
 use crate::context::{ARRIVAL_PACKETS, Context, LocalState, SignalLayout};
+use core::cell::Cell;
 
 /// Polls before a waiter starts sleeping between polls and watching the clock, the peers'
 /// abort records and the awaited peer's digest.
@@ -77,6 +78,19 @@ pub(crate) struct Call<'a> {
     toggle: usize,
     /// Whether this call writes its trace ([`Plan::trace`](super::Plan::trace)).
     trace: bool,
+    /// This thread's share of the digest check, once done ([`Call::check_digests_early`]).
+    digests: Cell<Digests>,
+}
+
+/// Where one thread's share of a call's digest check stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Digests {
+    /// Not checked yet: [`Call::await_digests`] checks it.
+    Unchecked,
+    /// Every peer this thread checks posted the same digest.
+    Matched,
+    /// A peer's digest differed or did not come (a fault is recorded).
+    Failed,
 }
 
 /// Scratch words: two alternating broadcast words, then the epoch (two words).
@@ -84,7 +98,8 @@ const EPOCH_WORD: usize = 2;
 
 impl<'a> Call<'a> {
     /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it) and
-    /// keeps the call's digest in the scratch.
+    /// keeps the call's digest in the scratch. The call is traced if `plan` says so
+    /// ([`trace`]): it marks [`Point::Checked`] on entry and [`Point::Begun`] once begun.
     ///
     /// # Safety
     /// `ctx` describes live buffers; `scratch` points to `SNAC_SMEM_BYTES` of this block's
@@ -96,11 +111,14 @@ impl<'a> Call<'a> {
         block: u32,
         scratch: *mut u8,
         digest: &Digest,
+        plan: &Plan,
     ) -> Self {
         let mut call = Self {
             scratch: scratch as *mut u32,
+            trace: plan.trace != 0,
             ..Self::detached(ctx, collective, block)
         };
+        call.mark(Point::Checked);
         let epoch_ptr = call.epoch_slot(block);
         if call.tid == 0 {
             // SAFETY: the scratch holds SNAC_SMEM_BYTES; the digest lies at SCRATCH_DIGEST.
@@ -127,6 +145,7 @@ impl<'a> Call<'a> {
             // after the barrier that ends this one.
             call.epoch = unsafe { (call.scratch.add(EPOCH_WORD) as *const u64).read_volatile() };
         }
+        call.mark(Point::Begun);
         call
     }
 
@@ -189,15 +208,8 @@ impl<'a> Call<'a> {
             scratch: core::ptr::null_mut(),
             toggle: 0,
             trace: false,
+            digests: Cell::new(Digests::Unchecked),
         }
-    }
-
-    /// This call traced if `plan` says so ([`trace`]), marking [`Point::Begun`].
-    #[inline(always)]
-    pub(crate) fn traced(mut self, plan: &Plan) -> Self {
-        self.trace = plan.trace != 0;
-        self.mark(Point::Begun);
-        self
     }
 
     /// Marks `point` of this call's trace (block 0's thread 0, when traced).
@@ -377,13 +389,16 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Waits (this block's threads sharing the peers) until every peer's digest for this call
-    /// is there and compares it: how an empty call synchronises, and how every call ends on
-    /// block 0. Every thread calls.
+    /// This thread's share of the digest check (block 0): waits until the digest of every
+    /// peer it checks is there and compares it; false if one differs or a wait failed (a fault
+    /// is recorded). The last threads of the block check, one peer each (thread
+    /// `threads - 1 - q` checks peer `q`): another warp than the first, which holds the data of
+    /// small calls, so that [`check_digests_early`](Self::check_digests_early) overlaps the
+    /// check with the data wait.
     #[inline(never)]
-    pub(crate) fn await_digests(&mut self) -> Result<(), Left> {
-        let mut ok = 1u32;
-        let mut q = self.tid;
+    fn check_my_digests(&self) -> bool {
+        let mut ok = true;
+        let mut q = self.threads - 1 - self.tid;
         while q < self.world() {
             if q != self.me() {
                 let mut checked = Ok(false);
@@ -400,14 +415,44 @@ impl<'a> Call<'a> {
                     },
                 );
                 if waited.is_err() || checked.is_err() {
-                    ok = 0;
+                    ok = false;
                 }
             }
             q += self.threads;
         }
+        ok
+    }
+
+    /// Checks this thread's share of the peers' digests now, on block 0, rather than at
+    /// [`finish`](Self::finish): called by the packet paths between sending and receiving,
+    /// where the checking threads (the block's last warp) wait for the digests while the first
+    /// warp waits for the data. Every thread of the block calls.
+    #[inline(always)]
+    pub(crate) fn check_digests_early(&self) {
+        if self.block == 0 {
+            let ok = self.check_my_digests();
+            self.digests.set(if ok {
+                Digests::Matched
+            } else {
+                Digests::Failed
+            });
+        }
+    }
+
+    /// Waits (this block's threads sharing the peers) until every peer's digest for this call
+    /// is there and compares it, unless [`check_digests_early`](Self::check_digests_early)
+    /// did: how an empty call synchronises, and how every call ends on block 0. Every thread
+    /// calls.
+    #[inline(never)]
+    pub(crate) fn await_digests(&mut self) -> Result<(), Left> {
+        let ok = match self.digests.get() {
+            Digests::Unchecked => self.check_my_digests(),
+            Digests::Matched => true,
+            Digests::Failed => false,
+        };
         // Any thread's failure fails the block (that thread recorded a fault, or saw one): one
         // barrier tells every thread, with no load of the fault word after it.
-        if arch::sync_block_or(ok == 0) {
+        if arch::sync_block_or(!ok) {
             Err(Left)
         } else {
             Ok(())

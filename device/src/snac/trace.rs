@@ -3,7 +3,7 @@
 //! as the call passes each [`Point`], into the words at
 //! [`LocalState::TRACE`](crate::context::LocalState::TRACE). Each traced call overwrites the
 //! last one's; a point the call does not pass (the throughput regime has no
-//! [`Point::Sent`]) reads 0. The host reads them with
+//! [`Point::Sent`] nor [`Point::Received`]) reads 0. The host reads them with
 //! `purlin::Context::last_call_trace`.
 //!
 //! ```
@@ -21,18 +21,22 @@ wire_enum! {
     pub enum Point {
         /// The collective's entry, before its arguments are checked.
         Entry = 0,
+        /// The arguments checked (the V counts read and validated): the call about to begin.
+        Checked = 1,
         /// The call began: the block's epoch read and shared (a barrier).
-        Begun = 1,
+        Begun = 2,
         /// The arrival packets (the call digest) posted to every peer.
-        Announced = 2,
+        Announced = 3,
         /// This rank's data sent (latency regime: every packet stored).
-        Sent = 3,
+        Sent = 4,
+        /// The peers' packets for this thread's units here and stored (latency regime).
+        Received = 5,
         /// The data part of the call done (every awaited packet or chunk here and used).
-        Moved = 4,
+        Moved = 6,
         /// Every peer's digest checked (block 0's last wait).
-        Digests = 5,
+        Digests = 7,
         /// The epoch advanced: the call's end.
-        End = 6,
+        End = 8,
     }
 }
 
