@@ -283,7 +283,21 @@ fn disagreeing(world: u32, launches: &[Launch]) -> (Vec<(usize, Fault)>, Duratio
 /// Two ranks that make different calls fault at once, naming each other and what differs.
 #[test]
 fn ranks_whose_calls_differ_name_each_other_and_the_field() {
-    let base = Launch::new(CollectiveKind::AllReduce, 256).typed(DataType::F32, ReduceOpKind::Sum);
+    ranks_whose_calls_differ(1);
+}
+
+/// As above with 64-thread blocks: the packet paths then check the digests early, in block 0's
+/// last warp between sending and receiving (the first warp holds the data).
+#[test]
+fn ranks_whose_calls_differ_are_named_by_the_early_digest_check() {
+    ranks_whose_calls_differ(64);
+}
+
+fn ranks_whose_calls_differ(threads: u32) {
+    let base = Launch {
+        threads,
+        ..Launch::new(CollectiveKind::AllReduce, 256).typed(DataType::F32, ReduceOpKind::Sum)
+    };
     let cases: Vec<(DigestField, Launch)> = vec![
         (DigestField::Size, Launch { bytes: 512, ..base }),
         (

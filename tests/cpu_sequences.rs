@@ -160,8 +160,9 @@ fn queued_mixed_sequences() {
     );
 }
 
-/// Blocks of several threads (2, 4 and 32), so the block-level paths of SNAC (broadcasts,
-/// last arrivals, block waits, the size agreement) run with real barriers.
+/// Blocks of several threads (2, 4, 32 and 64), so the block-level paths of SNAC (broadcasts,
+/// last arrivals, block waits, the size agreement) run with real barriers; with 64, block 0's
+/// last warp checks the digests between sending and receiving on the packet paths.
 #[test]
 fn queued_sequences_with_block_threads() {
     run(
@@ -169,7 +170,7 @@ fn queued_sequences_with_block_threads() {
         &[2, 3, 4],
         6,
         Knobs {
-            threads: &[2, 4, 32],
+            threads: &[2, 4, 32, 64],
             max_blocks: 3,
             random_plan: true,
         },

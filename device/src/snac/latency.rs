@@ -349,7 +349,7 @@ pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
         u += stride;
     }
     call.mark(Point::Sent);
-    call.check_digests_early();
+    call.check_digests_early(units);
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
@@ -403,7 +403,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
         u += stride;
     }
     call.mark(Point::Sent);
-    call.check_digests_early();
+    call.check_digests_early(units);
     // 2. Reduce this rank's shard, keep it, and send it to every peer.
     let mut i = first;
     while i < my_len {
@@ -454,8 +454,9 @@ fn lanes(call: &Call, blocks: u32) -> (u64, u64) {
 }
 
 /// Runs a collective's streams over packets (see the module docs). Every stream fits a window
-/// (`units(len) × UNIT_WINDOW <= latency_window_bytes`, the caller's check); the same thread
-/// pushes and consumes a unit index, so in-place layouts the collectives allow stay correct.
+/// (`units(len) × UNIT_WINDOW <= latency_window_bytes`, the caller's check) and holds at most
+/// `bound` bytes; the same thread pushes and consumes a unit index, so in-place layouts the
+/// collectives allow stay correct.
 ///
 /// # Safety
 /// The streams describe this rank's valid buffers; every thread of every block of the call
@@ -466,6 +467,7 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
     streams: &S,
     blocks: u32,
     reducer: R,
+    bound: u64,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
@@ -487,7 +489,7 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
         }
     }
     call.mark(Point::Sent);
-    call.check_digests_early();
+    call.check_digests_early(units(bound));
     // 2. Consume. Peers' streams first, unit by unit across IN_FLIGHT streams at a time (see
     // `gather_unit`): one round trip for the peers' units already here, not one per peer.
     // SAFETY: forwarded contract.
