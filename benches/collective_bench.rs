@@ -62,6 +62,7 @@ fn bench(args: &Args) -> Result<(), String> {
         one_graph: args.one_graph,
         skew: args.skew,
         floor: true,
+        symmetric: args.symmetric,
     };
     #[cfg(feature = "mpi")]
     let mpi = if args.mpi {
@@ -94,7 +95,7 @@ fn bench(args: &Args) -> Result<(), String> {
     };
     let copy_bw = run::copy_bandwidth(&gpu).map_err(|e| e.to_string())?;
     println!(
-        "# {} on {} rank(s), {} ({} SMs), {} GPU(s); {}; graphLaunches {} runs {} warmup {}; {}; copy roofline {:.3} TB/s",
+        "# {} on {} rank(s), {} ({} SMs), {} GPU(s); {}; {} buffers; graphLaunches {} runs {} warmup {}; {}; copy roofline {:.3} TB/s",
         args.collective.name(),
         args.ranks,
         gpu.name(),
@@ -104,6 +105,11 @@ fn bench(args: &Args) -> Result<(), String> {
             "deterministic"
         } else {
             "default mode"
+        },
+        if args.symmetric {
+            "symmetric"
+        } else {
+            "ordinary"
         },
         args.graph_launches,
         args.runs,

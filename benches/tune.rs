@@ -153,6 +153,7 @@ fn main() {
                     one_graph: true,
                     skew: run::Skew::Linear,
                     floor: false,
+                    symmetric: false,
                 };
                 let best = match run::run(&gpu, &sweep, copy_bw, |_, _| {}) {
                     Ok(rows) => rows

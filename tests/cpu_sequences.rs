@@ -44,13 +44,21 @@ fn poisoned(len: usize) -> Buffer {
 
 /// Runs one random sequence of `calls` calls on `world` ranks and checks every output; returns
 /// the number of (call, rank) outputs checked.
-fn sequence(rng: &mut SmallRng, world: u32, calls: usize, knobs: &Knobs, what: &str) -> usize {
+fn sequence(
+    rng: &mut SmallRng,
+    world: u32,
+    calls: usize,
+    knobs: &Knobs,
+    symmetric: bool,
+    what: &str,
+) -> usize {
     let half = [1024u64, 4096, 16384][rng.random_range(0..3)];
     let window = [512u64, 2048, 8192][rng.random_range(0..3)];
     let comm = Communicator::builder(world)
         .staging_half_bytes(half)
         .latency_window_bytes(window)
         .timeout(Duration::from_secs(20))
+        .symmetric_buffers(symmetric)
         .build()
         .unwrap();
     let bands = Bands {
@@ -104,7 +112,8 @@ fn sequence(rng: &mut SmallRng, world: u32, calls: usize, knobs: &Knobs, what: &
     };
     let describe = |i: usize| {
         format!(
-            "{what}: world {world} half {half} window {window}, call {i} of {calls}: {}",
+            "{what}: world {world} half {half} window {window}{}, call {i} of {calls}: {}",
+            if symmetric { " symmetric" } else { "" },
             steps[i].describe()
         )
     };
@@ -129,20 +138,26 @@ fn sequence(rng: &mut SmallRng, world: u32, calls: usize, knobs: &Knobs, what: &
     checked
 }
 
-fn run(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs) {
+/// Runs `default_cases` random sequences (over symmetric buffers when `symmetric`).
+fn run_over(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs, symmetric: bool) {
     let mut rng = fresh_rng(name);
     let start = Instant::now();
     let (mut calls, mut outputs) = (0, 0);
     for case in 0..cases(default_cases) {
         let world = worlds[rng.random_range(0..worlds.len())];
         let n = rng.random_range(20..=100);
-        outputs += sequence(&mut rng, world, n, &knobs, &format!("{name} case {case}"));
+        let what = format!("{name} case {case}");
+        outputs += sequence(&mut rng, world, n, &knobs, symmetric, &what);
         calls += n;
     }
     eprintln!(
         "{name}: {calls} queued calls, {outputs} outputs checked in {:?}",
         start.elapsed()
     );
+}
+
+fn run(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs) {
+    run_over(name, worlds, default_cases, knobs, false);
 }
 
 /// Every kind mixed, sizes and plans changing from call to call, worlds 1 to 16.
@@ -189,5 +204,24 @@ fn queued_sequences_default_plan() {
             max_blocks: 4,
             random_plan: false,
         },
+    );
+}
+
+/// Over symmetric buffers: the fixed-size calls above the packet paths run one pass over the
+/// peers' buffers, mixed with the V calls and packet paths that stage, blocks of 1 to 64
+/// threads; a rank that left a call before its peers finished with its buffers, or a call that
+/// ran past another's, would show as a wrong output of a later call.
+#[test]
+fn queued_sequences_over_symmetric_buffers() {
+    run_over(
+        "queued_sequences_over_symmetric_buffers",
+        &[2, 3, 4, 8],
+        8,
+        Knobs {
+            threads: &[1, 2, 64],
+            max_blocks: 4,
+            random_plan: true,
+        },
+        true,
     );
 }

@@ -118,6 +118,10 @@ pub struct Args {
     /// One process per rank under `mpirun` (needs the `mpi` feature); the world is mpirun's.
     #[arg(long)]
     pub mpi: bool,
+    /// Symmetric buffers (`purlin::SymmetricBuffer`, mapped in every peer) instead of ordinary
+    /// ones: the fixed-size collectives then run one pass over the peers' buffers.
+    #[arg(long)]
+    pub symmetric: bool,
     /// Trace the calls (`Options::trace`) and print on stderr, per size, when the last timed
     /// call passed each phase on every rank (µs after the first rank's entry; one clock per
     /// GPU, so ranks compare on the virtual node).

@@ -170,6 +170,7 @@ pub fn sweep(c: Collective, args: &ClassicArgs, world: u32, zipf: f64) -> Sweep 
         one_graph: true,
         skew: Skew::Zipf(zipf),
         floor: false,
+        symmetric: false,
     }
 }
 

@@ -10,7 +10,7 @@ use purlin::bootstrap::{Bootstrap, InProcess};
 use purlin::collective::{self, Counts, Options};
 use purlin::memory::{DeviceAllocator, Span};
 use purlin::workspace::{Workspace, WorkspaceRequirements};
-use purlin::{Context, DataType, Gpu, ReduceOpKind};
+use purlin::{Context, DataType, Gpu, ReduceOpKind, SymmetricBuffer};
 use std::sync::Arc;
 
 /// How one sweep runs.
@@ -50,6 +50,63 @@ pub struct Sweep {
     pub skew: Skew,
     /// Also time an empty kernel the same way, once per sweep (the rows' `floor_us`).
     pub floor: bool,
+    /// Symmetric buffers ([`purlin::SymmetricBuffer`]) instead of ordinary ones.
+    pub symmetric: bool,
+}
+
+/// A rank's input or output: an ordinary cudarc buffer, or a symmetric one.
+enum Buffer {
+    Ordinary(CudaSlice<u8>),
+    Symmetric(SymmetricBuffer<u8>),
+}
+
+impl Buffer {
+    /// `bytes` zeroed bytes (symmetric: on every rank of `ctx`, a collective call).
+    fn new(
+        ctx: &Context,
+        stream: &Arc<CudaStream>,
+        bytes: usize,
+        symmetric: bool,
+    ) -> purlin::Result<Self> {
+        Ok(if symmetric {
+            let mut b = SymmetricBuffer::new(ctx, bytes)?;
+            stream.memcpy_htod(&vec![0u8; bytes], &mut b)?;
+            Buffer::Symmetric(b)
+        } else {
+            Buffer::Ordinary(stream.alloc_zeros(bytes)?)
+        })
+    }
+
+    fn span(&self, stream: &Arc<CudaStream>) -> Span {
+        match self {
+            Buffer::Ordinary(b) => Span::from_device(b, stream),
+            Buffer::Symmetric(b) => Span::from_device(b, stream),
+        }
+    }
+
+    /// Writes `data` at the start.
+    fn write(&mut self, stream: &Arc<CudaStream>, data: &[u8]) -> purlin::Result<()> {
+        match self {
+            Buffer::Ordinary(b) => stream.memcpy_htod(data, &mut b.slice_mut(..data.len()))?,
+            Buffer::Symmetric(b) => stream.memcpy_htod(data, b)?,
+        }
+        Ok(())
+    }
+
+    fn read(&self, stream: &Arc<CudaStream>) -> purlin::Result<Vec<u8>> {
+        Ok(match self {
+            Buffer::Ordinary(b) => stream.clone_dtoh(b)?,
+            Buffer::Symmetric(b) => stream.clone_dtoh(b)?,
+        })
+    }
+
+    /// Frees it (symmetric: on every rank, a collective call).
+    fn free(self) -> purlin::Result<()> {
+        match self {
+            Buffer::Ordinary(_) => Ok(()),
+            Buffer::Symmetric(b) => b.free(),
+        }
+    }
 }
 
 /// Elements per part of a size: what `count` the collective is called with (the V forms: the
@@ -582,12 +639,12 @@ fn run_rank_in<B: Bootstrap + Clone + 'static>(
         WorkspaceRequirements::default(),
     )?;
     let ctx = Context::new(r, world, ws, &stream)?;
-    let mut src: CudaSlice<u8> = stream.alloc_zeros(in_cap.max(16))?;
-    let mut dst: CudaSlice<u8> = stream.alloc_zeros(out_cap.max(16))?;
+    let mut src = Buffer::new(&ctx, &stream, in_cap.max(16), sweep.symmetric)?;
+    let mut dst = Buffer::new(&ctx, &stream, out_cap.max(16), sweep.symmetric)?;
     let mut counts_buf: CudaSlice<u64> = stream.alloc_zeros(2 * world as usize)?;
     let mine = inputs(sweep.seed, r, in_cap, sweep.dtype);
     if !mine.is_empty() {
-        stream.memcpy_htod(&mine, &mut src.slice_mut(..mine.len()))?;
+        src.write(&stream, &mine)?;
     }
     drop(mine);
     // The launch floor of this timing mode, once per sweep.
@@ -606,10 +663,7 @@ fn run_rank_in<B: Bootstrap + Clone + 'static>(
         let count = count_for(sweep.collective, world, size, elem);
         let counts = v_counts(sweep.collective, world, r, count, elem, sweep.skew);
         stream.memcpy_htod(&counts, &mut counts_buf.slice_mut(..counts.len()))?;
-        let (s_span, d_span) = (
-            Span::from_device(&src, &stream),
-            Span::from_device(&dst, &stream),
-        );
+        let (s_span, d_span) = (src.span(&stream), dst.span(&stream));
         let counts_arg = Counts {
             addr: Span::from_device(&counts_buf, &stream).addr,
             max_count: count * world as u64,
@@ -627,10 +681,10 @@ fn run_rank_in<B: Bootstrap + Clone + 'static>(
             b.barrier()?;
             // 1. Check: poison, one call, compare with the reference of every rank's input.
             let checked = if sweep.check {
-                stream.memcpy_htod(&vec![0xffu8; out_cap], &mut dst.slice_mut(..out_cap))?;
+                dst.write(&stream, &vec![0xffu8; out_cap])?;
                 once()?;
                 ctx.synchronize()?;
-                let got = stream.clone_dtoh(&dst)?;
+                let got = dst.read(&stream)?;
                 let segments = layout(sweep.collective, world, r, count, |p| {
                     v_counts(sweep.collective, world, p, count, elem, sweep.skew)
                 });
@@ -676,6 +730,8 @@ fn run_rank_in<B: Bootstrap + Clone + 'static>(
             progress(i + 1, sweep.sizes.len());
         }
     }
+    src.free()?;
+    dst.free()?;
     ctx.finalize()?;
     Ok(rows)
 }
@@ -728,6 +784,7 @@ mod tests {
             one_graph: false,
             skew: Skew::Linear,
             floor: false,
+            symmetric: false,
         }
     }
 

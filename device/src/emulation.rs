@@ -254,9 +254,29 @@ pub struct CommunicatorBuilder {
     staging_half_bytes: u64,
     latency_window_bytes: u64,
     timeout: Duration,
+    symmetric: bool,
 }
 
 impl CommunicatorBuilder {
+    /// Whether every fixed-size call's buffers are symmetric: each rank's call then gets the
+    /// table of every rank's `src` and `dst` of the same call (the host's `SymmetricBuffer`
+    /// does this on a GPU), and runs one pass over the peers' buffers where the collective
+    /// can. Off by default.
+    ///
+    /// ```
+    /// use purlin_device::emulation::{Buffer, Communicator, Launch};
+    /// use purlin_device::snac::CollectiveKind;
+    /// let comm = Communicator::builder(2).symmetric_buffers(true).build().unwrap();
+    /// let src: Vec<Buffer> = (0..2).map(|r| Buffer::from_slice(&[r as u8; 64 << 10])).collect();
+    /// let dst: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(128 << 10)).collect();
+    /// comm.run(&Launch::new(CollectiveKind::AllGather, 64 << 10), &src, &dst, None).unwrap();
+    /// assert_eq!(dst[0].bytes()[(64 << 10)..], src[1].bytes()[..]);
+    /// ```
+    pub fn symmetric_buffers(mut self, symmetric: bool) -> Self {
+        self.symmetric = symmetric;
+        self
+    }
+
     /// Bytes of one throughput staging half (small values force cyclic staging).
     pub fn staging_half_bytes(mut self, bytes: u64) -> Self {
         self.staging_half_bytes = bytes;
@@ -296,6 +316,7 @@ impl CommunicatorBuilder {
             layout,
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             ranks,
+            symmetric: self.symmetric,
         })
     }
 }
@@ -311,6 +332,33 @@ pub struct Communicator {
     layout: WorkspaceLayout,
     timeout_ns: u64,
     ranks: Vec<RankMemory>,
+    symmetric: bool,
+}
+
+/// The symmetric-buffer tables of one call: every rank's `src` and `dst` (all ranks address
+/// them alike, being threads of one process).
+struct Tables {
+    src: Vec<u64>,
+    dst: Vec<u64>,
+}
+
+impl Tables {
+    /// What names the emulation's symmetric buffers in every call digest.
+    const BUFFERS: u64 = 1 | (2 << 32);
+
+    fn of<'b>(calls: impl Iterator<Item = (&'b Buffer, &'b Buffer)>) -> Self {
+        let (src, dst) = calls.map(|(s, d)| (s.addr(), d.addr())).unzip();
+        Self { src, dst }
+    }
+
+    /// Marks a fixed-size call's arguments symmetric.
+    fn apply(&self, kind: CollectiveKind, args: &mut SnacArgs) {
+        if !kind.is_v() {
+            args.src_peers = self.src.as_ptr();
+            args.dst_peers = self.dst.as_ptr();
+            args.buffers = Self::BUFFERS;
+        }
+    }
 }
 
 impl fmt::Debug for Communicator {
@@ -329,6 +377,7 @@ impl Communicator {
             world,
             staging_half_bytes: 64 << 10,
             latency_window_bytes: 16 << 10,
+            symmetric: false,
             timeout: Duration::from_secs(10),
         }
     }
@@ -483,6 +532,17 @@ impl Communicator {
                 q.check_buffers(self.world())?;
             }
         }
+        // Call `i`'s tables, from every rank's call `i` (every queue holds the same calls).
+        let longest = queues[..world].iter().map(Vec::len).max().unwrap_or(0);
+        let tables: Vec<Tables> = if self.symmetric {
+            (0..longest)
+                .filter(|&i| queues[..world].iter().all(|q| i < q.len()))
+                .map(|i| Tables::of(queues[..world].iter().map(|q| (q[i].src, q[i].dst))))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let tables = &tables;
         let _held = Held::lock(queues[..world].iter().flatten().flat_map(|q| {
             [(q.src, false), (q.dst, true)]
                 .into_iter()
@@ -510,7 +570,10 @@ impl Communicator {
                                 l.blocks,
                                 l.threads,
                                 &|rank, block, ctx, smem| {
-                                    let args = q.args(block, smem, &ctx);
+                                    let mut args = q.args(block, smem, &ctx);
+                                    if let Some(t) = tables.get(i) {
+                                        t.apply(l.collective, &mut args);
+                                    }
                                     // SAFETY: the buffers were checked against the launch and live
                                     // for the whole run; every rank makes the same calls.
                                     unsafe { call(l, args, ctx) };
@@ -577,6 +640,9 @@ impl Communicator {
                 ),
         );
         let l = *launch;
+        let tables = self
+            .symmetric
+            .then(|| Tables::of(src[..world].iter().zip(&dst[..world])));
         self.launch_threads(l.blocks, l.threads, l.absent, |rank, block, ctx, smem| {
             let r = rank as usize;
             let q = Queued {
@@ -585,9 +651,13 @@ impl Communicator {
                 dst: &dst[r],
                 counts: counts.map(|c| &c[r]),
             };
+            let mut args = q.args(block, smem, &ctx);
+            if let Some(t) = &tables {
+                t.apply(l.collective, &mut args);
+            }
             // SAFETY: every rank's buffers were checked against the launch and are live for
             // it; every rank makes the same call (as on a GPU).
-            unsafe { call(l, q.args(block, smem, &ctx), ctx) };
+            unsafe { call(l, args, ctx) };
         })
     }
 }

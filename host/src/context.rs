@@ -77,6 +77,8 @@ pub struct Context {
     /// A private stream and bounce buffer for polls that must not queue behind the context's
     /// stream (allocated on first use).
     side: Mutex<Option<(Arc<CudaStream>, crate::cuda::Pinned)>>,
+    /// The live symmetric buffers made on this context, which its collectives recognise.
+    symmetric: Arc<crate::symmetric::registry::Registry>,
     released: bool,
 }
 
@@ -150,8 +152,14 @@ impl Context {
             poisoned: Mutex::new(None),
             pinned: Mutex::new(None),
             side: Mutex::new(None),
+            symmetric: Arc::default(),
             released: false,
         })
+    }
+
+    /// The live symmetric buffers made on this context.
+    pub(crate) fn symmetric_buffers(&self) -> &Arc<crate::symmetric::registry::Registry> {
+        &self.symmetric
     }
 
     /// This rank.

@@ -43,7 +43,7 @@ pub mod memory;
 pub mod module;
 pub mod p2p;
 pub mod ptx;
-mod symmetric;
+pub mod symmetric;
 pub mod trace;
 pub mod validate;
 pub mod workspace;
@@ -58,6 +58,7 @@ pub use gpu::Gpu;
 pub use purlin_device;
 pub use purlin_device::element::{DataType, E4m3, E5m2, Element};
 pub use purlin_device::op::ReduceOpKind;
+pub use symmetric::SymmetricBuffer;
 pub use workspace::{Workspace, WorkspaceRequirements};
 
 /// Compile your own kernel crate to PTX from a `build.rs` (see [`purlin_builder`]).

@@ -27,7 +27,7 @@ fn span(buf: &CudaSlice<u8>, stream: &CudaStream) -> Span {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Coll {
+pub(crate) enum Coll {
     Ar,
     Ag,
     Rs,
@@ -35,7 +35,7 @@ enum Coll {
 }
 
 /// Every rank's input and the expected output of every rank, for `count` elements per part.
-fn case(
+pub(crate) fn case(
     rng: &mut SmallRng,
     coll: Coll,
     world: usize,

@@ -18,3 +18,4 @@ mod host;
 mod queued;
 mod safety;
 mod support;
+mod symmetric;

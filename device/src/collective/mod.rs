@@ -70,6 +70,7 @@ use crate::partition::split_bytes;
 use crate::snac::digest::{self, Digest};
 use crate::snac::latency;
 use crate::snac::staging::{Engine, Get, Streams};
+use crate::snac::symmetric::{self, OnePass, Symmetric};
 use crate::snac::sync::Call;
 use crate::snac::trace;
 use crate::snac::transfer::{self, NoReduce, Operator, Reducer, Static, Typed};
@@ -215,7 +216,8 @@ impl Identity {
     }
 
     /// The call digest (see `snac::digest`): `size` is the bytes of a fixed-size call or the
-    /// `max_count` of a V call; `counts` the counts packet.
+    /// `max_count` of a V call; `counts` the counts packet (0 for a fixed-size call, whose
+    /// symmetric buffers `staged` names there).
     fn digest(self, args: &SnacArgs, ctx: &Context, plan: &Plan, size: u64, counts: u64) -> Digest {
         let algorithm = if self.kind == CollectiveKind::AllReduce {
             plan.algorithm
@@ -656,7 +658,7 @@ unsafe fn local_reduce<A: Atom, C: Config, R: Reducer>(
 /// The streams describe valid buffers; every rank makes the same call.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn staged<A: Atom, C: Config, S: Streams, R: Reducer>(
+unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,
@@ -670,6 +672,28 @@ unsafe fn staged<A: Atom, C: Config, S: Streams, R: Reducer>(
     if !packets && lacks_atom_smem::<A, C>(args, ctx, kind) {
         return;
     }
+    // The fixed-size collectives run one pass over symmetric buffers (the V layouts do not let
+    // a rank compute its peers' offsets), and their digest then names the buffers; the packet
+    // paths stage nothing either way.
+    let symmetric = if packets {
+        None
+    } else {
+        // SAFETY: the tables hold `world` addresses (the entry points' contract).
+        match unsafe { Symmetric::of(args, ctx.rank, kind) } {
+            Ok(sym) => sym,
+            Err(why) => {
+                if crate::arch::thread_index() == 0 {
+                    let _ = Call::detached(ctx, kind, args.block).refuse(why, 0, 0, 0);
+                }
+                return;
+            }
+        }
+    };
+    let mut named = *digest;
+    if let Some(sym) = symmetric {
+        named[3] = sym.digest_word();
+    }
+    let digest = &named;
     // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid and
     // `args.block < MAX_BLOCKS` (checked).
     let mut call = unsafe {
@@ -687,6 +711,23 @@ unsafe fn staged<A: Atom, C: Config, S: Streams, R: Reducer>(
         let bound = stream_bound(kind, args);
         // SAFETY: forwarded contract; every stream fits a window and the bound (`lean`).
         let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer, bound) };
+        call.finish(1, args.blocks, coll_blocks);
+        return;
+    }
+    if let Some(sym) = symmetric {
+        // SAFETY: forwarded contract; every rank checked its own buffers, and the rendezvous
+        // compares the digests (which name the buffers) before any peer's is touched.
+        let _ = unsafe {
+            symmetric::run::<A, _, R>(
+                &mut call,
+                streams,
+                sym,
+                args.dst,
+                args.blocks,
+                reducer,
+                args.smem,
+            )
+        };
         call.finish(1, args.blocks, coll_blocks);
         return;
     }
@@ -1129,7 +1170,7 @@ unsafe fn gather_with<A: Atom, C: Config, S: Layout, D: Layout>(
 /// # Safety
 /// As the copy collectives' entry points.
 #[allow(clippy::too_many_arguments)]
-unsafe fn copy_streams<A: Atom, C: Config, S: Streams>(
+unsafe fn copy_streams<A: Atom, C: Config, S: Streams + OnePass>(
     args: &SnacArgs,
     ctx: &Context,
     kind: CollectiveKind,

@@ -1,9 +1,10 @@
 //! Collectives as streams: each pattern turns a pair of layouts into the producer and consumer
-//! streams SNAC runs.
+//! streams SNAC runs, and into one rank's moves of a pass over symmetric buffers.
 
 use crate::layout::{Layout, Split};
 use crate::snac::SignalKind;
 use crate::snac::staging::{Get, Put, Streams};
+use crate::snac::symmetric::{Move, OnePass};
 use crate::snac::sync::Ranks;
 
 /// Where a rank's buffers are.
@@ -306,5 +307,99 @@ impl Streams for Direct {
     }
     fn agreed_len(&self) -> Option<u64> {
         Some(self.bytes)
+    }
+}
+
+/// Over symmetric buffers: pull part `q` of `dst` from rank `q`'s `src`, starting at this
+/// rank's own part (nothing moves for it in place).
+impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
+    fn moves(&self) -> u32 {
+        self.b.world
+    }
+    #[inline(always)]
+    fn pass(&self, j: u32) -> Move {
+        let q = (self.b.me + j) % self.b.world;
+        let (src_at, len) = self.src.part(q, q);
+        let (dst_at, _) = self.dst.part(self.b.me, q);
+        Move::Pull {
+            peer: q,
+            src_at,
+            dst_at,
+            len,
+        }
+    }
+}
+
+/// Over symmetric buffers: pull the part of rank `p`'s `src` meant for this rank into part `p`
+/// of `dst`.
+impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
+    fn moves(&self) -> u32 {
+        self.b.world
+    }
+    #[inline(always)]
+    fn pass(&self, j: u32) -> Move {
+        let me = self.b.me;
+        let p = (me + j) % self.b.world;
+        let (src_at, len) = self.src.part(p, me);
+        let (dst_at, _) = self.dst.part(me, p);
+        Move::Pull {
+            peer: p,
+            src_at,
+            dst_at,
+            len,
+        }
+    }
+}
+
+/// Over symmetric buffers: reduce this rank's part of every rank's `src` into `dst`.
+impl<S: Layout> OnePass for Scatter<S> {
+    fn moves(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn pass(&self, _: u32) -> Move {
+        let (src_at, len) = self.src.part(self.b.me, self.b.me);
+        Move::Reduce {
+            src_at,
+            dst_at: 0,
+            len,
+            everywhere: false,
+        }
+    }
+}
+
+/// AllReduce over symmetric buffers: this rank reduces its shard of every rank's `src` into
+/// the same shard of every rank's `dst`.
+fn own_shard(me: u32, shards: Split) -> Move {
+    let (at, len) = shards.part(me, me);
+    Move::Reduce {
+        src_at: at,
+        dst_at: at,
+        len,
+        everywhere: true,
+    }
+}
+
+impl OnePass for Composed {
+    fn moves(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn pass(&self, _: u32) -> Move {
+        own_shard(self.b.me, self.shards)
+    }
+}
+
+impl OnePass for Direct {
+    fn moves(&self) -> u32 {
+        1
+    }
+    #[inline(always)]
+    fn pass(&self, _: u32) -> Move {
+        let shards = Split {
+            bytes: self.bytes,
+            world: self.b.world,
+        };
+        own_shard(self.b.me, shards)
     }
 }

@@ -7,7 +7,8 @@
 //! a fixed-size call, `max_count` of a V call), `plan` (a hash of the plan's knobs and of the
 //! workspace layout) and `counts` (AllGatherV and ReduceScatterV: a hash of the counts, which
 //! every rank holds alike; AllToAllV: the count the sender sends to this receiver, which must
-//! equal what the receiver expects from it).
+//! equal what the receiver expects from it; the fixed-size collectives: the identity of their
+//! symmetric buffers, [`SnacArgs::buffers`](super::SnacArgs::buffers), 0 for ordinary ones).
 //!
 //! ```
 //! use purlin_device::snac::digest::{compare, shape};
@@ -119,7 +120,14 @@ pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64
         return Some((DigestField::Workspace, mine[2] >> 32, theirs[2] >> 32));
     }
     if mine[3] != theirs[3] {
-        return Some((DigestField::Counts, mine[3], theirs[3]));
+        // A fixed-size call's last packet names its symmetric buffers; a V call's, its counts.
+        let v = CollectiveKind::from_u32((mine[0] & 0xff) as u32);
+        let field = if matches!(v, Some(kind) if kind.is_v()) {
+            DigestField::Counts
+        } else {
+            DigestField::Buffers
+        };
+        return Some((field, mine[3], theirs[3]));
     }
     None
 }

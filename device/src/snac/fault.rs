@@ -140,6 +140,9 @@ pub enum Refusal {
     /// for a call whose path needs the Atom's shared memory; or less shared memory than
     /// SNAC's scratch.
     SharedMemory = 11,
+    /// Symmetric-buffer tables that do not hold this rank's own `src` / `dst` at its rank, or
+    /// an identity without tables (see [`SnacArgs::buffers`](super::SnacArgs::buffers)).
+    SymmetricBuffers = 12,
 }
 
 impl Refusal {
@@ -157,6 +160,7 @@ impl Refusal {
             9 => Self::StagingTooSmall,
             10 => Self::Overlap,
             11 => Self::SharedMemory,
+            12 => Self::SymmetricBuffers,
             _ => Self::Unknown,
         }
     }
@@ -176,6 +180,9 @@ impl Refusal {
             Self::StagingTooSmall => "staging too small for the call",
             Self::Overlap => "input and output overlap in a way this collective does not allow",
             Self::SharedMemory => "the launch gave less shared memory than the call's path needs",
+            Self::SymmetricBuffers => {
+                "symmetric-buffer tables that do not name this rank's own buffers"
+            }
         }
     }
 }
@@ -207,6 +214,9 @@ pub enum DigestField {
     /// The V counts: AllGatherV and ReduceScatterV counts differ between the ranks, or (AllToAllV)
     /// what the peer sends here differs from what this rank expects from it.
     Counts = 10,
+    /// The symmetric buffers of a fixed-size call: one rank passed symmetric buffers and the
+    /// other ordinary ones, or other symmetric buffers.
+    Buffers = 11,
 }
 
 impl DigestField {
@@ -223,6 +233,7 @@ impl DigestField {
             8 => Self::Plan,
             9 => Self::Workspace,
             10 => Self::Counts,
+            11 => Self::Buffers,
             _ => Self::None,
         }
     }
@@ -241,6 +252,7 @@ impl DigestField {
             Self::Plan => "plan",
             Self::Workspace => "workspace layout",
             Self::Counts => "counts",
+            Self::Buffers => "symmetric buffers",
         }
     }
 }

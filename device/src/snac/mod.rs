@@ -20,6 +20,8 @@
 //!   the latency regime of AllReduce and by the size agreement of the V collectives.
 //! - staging (module `staging`): resident and cyclic staging; in cyclic mode a producer waits
 //!   for the *consumed* signal of the slot it is about to reuse.
+//! - [`symmetric`]: the symmetric regime, one pass over the peers' own buffers when a call's
+//!   buffers are symmetric (no staging; a meeting at entry and one at exit).
 //!
 //! [`Context::timeout_ns`]: crate::context::Context::timeout_ns
 //!
@@ -58,7 +60,9 @@
 //!   hence finish `c`: nothing a slow peer still reads of call `c` is overwritten. Within a
 //!   call, cyclic slots are protected by *consumed* (or *gather*) flags as `staging`
 //!   describes, and last-arrival counters are reset by their last arriver before the flag
-//!   that lets anyone reuse them.
+//!   that lets anyone reuse them. The symmetric regime stages nothing; its callers' own
+//!   buffers are protected by its exit meeting: no rank ends a call before every peer posted
+//!   that it is done with them.
 //!
 //! `tests/cpu_sequences.rs` checks the rule on the CPU emulation with every rank running its
 //! own queue of random calls (`emulation::Communicator::run_queued`), and `tests/gpu/queued.rs`
@@ -79,6 +83,7 @@ mod fault;
 pub(crate) mod latency;
 pub mod packet;
 pub(crate) mod staging;
+pub mod symmetric;
 pub(crate) mod sync;
 pub mod trace;
 pub(crate) mod transfer;
@@ -339,6 +344,20 @@ pub struct SnacArgs {
     /// V collectives: the largest count any entry may hold, the same on every rank
     /// (`u64::MAX`: no bound). Larger counts are refused.
     pub max_count: u64,
+    /// Symmetric buffers (allocated on every rank and mapped in every peer, as the host's
+    /// `SymmetricBuffer`): the start of every rank's copy of the buffer `src` lies in, as this
+    /// rank addresses them — `world` addresses in memory the kernel can read, entry `rank`
+    /// being this rank's own — or null for an ordinary buffer. `src` may lie anywhere in its
+    /// buffer, at the same offset on every rank. With symmetric buffers the fixed-size
+    /// collectives above the packet paths run one pass over the peers' buffers instead of
+    /// staging (see [`symmetric`]).
+    pub src_peers: *const u64,
+    /// As `src_peers`, for `dst`: AllReduce needs both, an AllGather in place `dst`, the others
+    /// read only the peers' `src`.
+    pub dst_peers: *const u64,
+    /// What names the symmetric buffers alike on every rank (0: ordinary buffers), compared by
+    /// the call digest: no rank reads or writes a peer's buffer that the peer did not pass.
+    pub buffers: u64,
 }
 
 // SAFETY: plain addresses and sizes; the collective's contract says who may touch the memory.
@@ -364,6 +383,9 @@ impl SnacArgs {
             src_bytes: u64::MAX,
             dst_bytes: u64::MAX,
             max_count: u64::MAX,
+            src_peers: core::ptr::null(),
+            dst_peers: core::ptr::null(),
+            buffers: 0,
         }
     }
 

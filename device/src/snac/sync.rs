@@ -443,6 +443,30 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Waits until every peer has joined this call with this rank's digest, on every block
+    /// (its threads sharing the peers; a fault is recorded otherwise): afterwards every peer's
+    /// kernel runs, so whatever its stream did before the call is done. The symmetric regime's
+    /// entry; block 0's digest check at [`finish`](Self::finish) is then already done. Every
+    /// thread calls.
+    #[inline(never)]
+    pub(crate) fn rendezvous(&mut self) -> Result<(), Left> {
+        let ok = self.check_my_digests();
+        if self.block == 0 {
+            self.digests.set(if ok {
+                Digests::Matched
+            } else {
+                Digests::Failed
+            });
+        }
+        // The packets were polled with plain loads: order the peers' buffers' reads after them.
+        arch::fence_sys();
+        if arch::sync_block_or(!ok) {
+            Err(Left)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Waits (this block's threads sharing the peers) until every peer's digest for this call
     /// is there and compares it, unless [`check_digests_early`](Self::check_digests_early)
     /// did: how an empty call synchronises, and how every call ends on block 0. Every thread

@@ -82,10 +82,13 @@ fn fixed_call(
         _ => validate::Aliasing::Disjoint,
     };
     validate::check_aliasing(src, src_bytes, dst, dst_bytes, rule)?;
+    let mut args = args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX);
+    ctx.symmetric_buffers()
+        .mark(kind, src, dst, part_r, &mut args);
     let call = Call {
         kind,
         dtype,
-        args: args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX),
+        args,
         op,
     };
     Ok((call, bytes))

@@ -1,5 +1,11 @@
 //! Symmetric allocations: every rank allocates the same number of bytes, and every rank can
-//! address every other rank's buffer. The one mechanism under workspaces and windows.
+//! address every other rank's buffer. The one mechanism under workspaces, windows and the
+//! [`SymmetricBuffer`]s that collectives run one pass over.
+
+mod buffer;
+pub(crate) mod registry;
+
+pub use buffer::SymmetricBuffer;
 
 use crate::bootstrap::{Bootstrap, Reader, Record};
 use crate::cuda;
@@ -90,7 +96,7 @@ impl Announcement {
 
 /// Every rank's status of one collective step: `Ok` if all succeeded, else this rank's own
 /// error if it failed, else the first failed rank.
-fn agree(bootstrap: &dyn Bootstrap, mine: Result<()>, step: &'static str) -> Result<()> {
+pub(crate) fn agree(bootstrap: &dyn Bootstrap, mine: Result<()>, step: &'static str) -> Result<()> {
     let status = if mine.is_ok() {
         STATUS_OK
     } else {

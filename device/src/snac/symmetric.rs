@@ -1,0 +1,298 @@
+//! The symmetric regime: one pass over the peers' own buffers, no staging.
+//!
+//! When a call's buffers are *symmetric* — allocated on every rank together and mapped in
+//! every peer, so that [`SnacArgs::src_peers`] (and for AllReduce [`SnacArgs::dst_peers`])
+//! give every rank's copy — a rank can read its peers' inputs and write their outputs itself.
+//! A collective then describes one rank's share as a few [`Move`]s ([`OnePass`]): *pull* a
+//! part of a peer's `src` into this rank's `dst` (AllGather, AllToAll), or *reduce* a range of
+//! every rank's `src`, in rank order, into this rank's `dst` (ReduceScatter) or into every
+//! rank's (AllReduce, each rank its own shard). Every byte is read once and written once.
+//!
+//! Two meetings frame the pass. At entry every block waits for every peer's arrival packets
+//! and compares their digests ([`Call::rendezvous`]): a peer that arrived has started its
+//! kernel, so what its stream did before (filling `src`, reading the last `dst`) is done, and
+//! its digest names the same buffers ([`SnacArgs::buffers`]). At exit the last block of each
+//! rank posts [`SignalKind::Gather`] (flag `epoch + 1`, inside the call's flags as the
+//! consecutive-calls rule asks) to every peer once all its moves are done, and block 0 waits
+//! for every peer's: no rank ends the call, and lets its stream reuse its buffers, while a
+//! peer still reads or writes them.
+
+use super::SnacArgs;
+use super::epoch;
+use super::fault::{CollectiveKind, Refusal, SignalKind};
+use super::sync::{Call, Counter, Left, Ranks};
+use super::transfer::{self, Reducer};
+use crate::atom::{Atom, MAX_SOURCES};
+use crate::coop::Coop;
+use crate::partition::split_bytes;
+
+/// Bytes a block reduces before it copies them on to the peers (AllReduce): small enough that
+/// the result is still in L2 when the copies read it back (`blocks × ranks × PIECE` stays far
+/// below the L2 of the GPUs Purlin targets), large enough to keep the Atoms streaming.
+pub const PIECE: u64 = 32 << 10;
+
+/// One move of one rank in a one-pass call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// `len` bytes at `src_at` of `peer`'s `src` to `dst_at` of this rank's `dst` (nothing
+    /// when both are the same memory: the in-place AllGather's own part).
+    Pull {
+        peer: u32,
+        src_at: u64,
+        dst_at: u64,
+        len: u64,
+    },
+    /// The reduction over ranks `0..world`, in order, of `len` bytes at `src_at` of every
+    /// rank's `src`, into `dst_at` of this rank's `dst` and, when `everywhere`, of every rank's.
+    Reduce {
+        src_at: u64,
+        dst_at: u64,
+        len: u64,
+        everywhere: bool,
+    },
+}
+
+/// One rank's moves in a one-pass call: what a collective's layouts mean over symmetric
+/// buffers. A peer's offsets must be computable by this rank, which holds for the fixed-size
+/// layouts (every rank's parts lie alike).
+pub(crate) trait OnePass {
+    /// Moves of this rank.
+    fn moves(&self) -> u32;
+    /// Move `j`.
+    fn pass(&self, j: u32) -> Move;
+}
+
+/// Every rank's copy of one symmetric buffer, as this rank addresses them, and where the call's
+/// range starts in it (the same offset on every rank: the digest compares it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peers {
+    table: *const u64,
+    offset: u64,
+}
+
+/// Offsets past this are no buffer's: a table whose own entry lies above the address, or far
+/// below it, does not name the caller's buffer.
+const MAX_OFFSET: u64 = 1 << 48;
+
+impl Peers {
+    /// The buffer `addr` lies in, by this rank's entry of `table`; `None` if the table is
+    /// missing or its entry for `rank` is not where `addr` could lie.
+    ///
+    /// # Safety
+    /// A non-null `table` holds `world > rank` addresses.
+    #[inline(always)]
+    unsafe fn of(table: *const u64, rank: u32, addr: u64) -> Option<Self> {
+        if table.is_null() {
+            return None;
+        }
+        // SAFETY: forwarded contract.
+        let base = unsafe { table.add(rank as usize).read() };
+        let offset = addr.wrapping_sub(base);
+        (addr >= base && offset < MAX_OFFSET).then_some(Self { table, offset })
+    }
+
+    /// Byte `at` of the call's range in `rank`'s copy.
+    ///
+    /// # Safety
+    /// `rank < world` (the table holds `world` addresses).
+    #[inline(always)]
+    unsafe fn at(self, rank: u32, at: u64) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let base = unsafe { self.table.add(rank as usize).read() };
+        base.wrapping_add(self.offset).wrapping_add(at) as *mut u8
+    }
+}
+
+/// A call's symmetric buffers: where the peers' parts are read, and every rank's `dst` when
+/// the call writes the peers' outputs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Symmetric {
+    /// The peers' inputs — or, for an AllGather in place, their outputs, where each rank's
+    /// part already lies.
+    src: Peers,
+    dst: Option<Peers>,
+    /// AllGather in place: a peer's part is read at its place in the peer's output.
+    parts_in_output: bool,
+    /// What the call digest compares (see [`Symmetric::digest_word`]).
+    word: u64,
+}
+
+impl Symmetric {
+    /// The symmetric buffers of a `kind` call on rank `rank`, if it has them (`Ok(None)`:
+    /// ordinary buffers, [`SnacArgs::buffers`] 0, or a V collective, whose layouts do not let
+    /// a rank compute its peers' offsets). What the collective touches on the peers must be
+    /// symmetric: AllReduce `src` and `dst`; AllGather, ReduceScatter and AllToAll `src`
+    /// (AllGather in place, `src` being this rank's part of `dst`: `dst`). Refused
+    /// ([`Refusal::SymmetricBuffers`]) when such a table is missing or does not hold the
+    /// buffer the call's address lies in at `rank`: a rank must never take another rank's
+    /// buffer for its own.
+    ///
+    /// # Safety
+    /// Non-null tables hold `world > rank` addresses.
+    #[inline(always)]
+    pub(crate) unsafe fn of(
+        args: &SnacArgs,
+        rank: u32,
+        kind: CollectiveKind,
+    ) -> Result<Option<Self>, Refusal> {
+        if args.buffers == 0 || kind.is_v() {
+            return Ok(None);
+        }
+        let (src, dst) = (args.src as u64, args.dst as u64);
+        // SAFETY (all three): forwarded contract.
+        let peers = |table, addr| unsafe { Peers::of(table, rank, addr) };
+        let in_place = kind == CollectiveKind::AllGather
+            && !args.dst_peers.is_null()
+            && src == dst.wrapping_add(args.bytes.wrapping_mul(rank as u64));
+        let (from, to) = if kind == CollectiveKind::AllReduce {
+            (peers(args.src_peers, src), Some(peers(args.dst_peers, dst)))
+        } else if in_place {
+            (peers(args.dst_peers, dst), None)
+        } else {
+            (peers(args.src_peers, src), None)
+        };
+        let Some(from) = from else {
+            return Err(Refusal::SymmetricBuffers);
+        };
+        let dst = match to {
+            Some(None) => return Err(Refusal::SymmetricBuffers),
+            Some(Some(d)) => Some(d),
+            None => None,
+        };
+        let word = super::digest::hash(&[
+            args.buffers,
+            from.offset,
+            dst.map_or(0, |d| d.offset),
+            in_place as u64,
+        ]) as u64
+            | 1 << 32;
+        Ok(Some(Self {
+            src: from,
+            dst,
+            parts_in_output: in_place,
+            word,
+        }))
+    }
+
+    /// The call digest's last packet for this call (never 0, which means ordinary buffers):
+    /// the buffers' identity ([`SnacArgs::buffers`]), where the call's ranges start in them
+    /// and whether the AllGather is in place, so that every rank reads and writes the ranges
+    /// its peers passed.
+    #[inline(always)]
+    pub(crate) const fn digest_word(&self) -> u64 {
+        self.word
+    }
+}
+
+/// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's `dst` is
+/// `dst`), reducing with `reducer`, between the entry and exit meetings (see the module docs).
+/// Every block takes an even, 16-byte-aligned slice of every move.
+///
+/// # Safety
+/// The peers' buffers hold what the moves address (every rank checked its own before
+/// arriving, and the digest says they all made this call on these buffers); `smem` as
+/// [`Atom::copy`] needs; every thread of every block of the call calls.
+#[inline(never)]
+pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
+    call: &mut Call,
+    moves: &M,
+    sym: Symmetric,
+    dst: *mut u8,
+    blocks: u32,
+    reducer: R,
+    smem: *mut u8,
+) -> Result<(), Left> {
+    call.rendezvous()?;
+    let (me, world) = (call.me(), call.world());
+    let share = |len: u64| {
+        let (at, n) = split_bytes(len as usize, 16, blocks as usize, call.block as usize);
+        (at as u64, n as u64)
+    };
+    for j in 0..moves.moves() {
+        match moves.pass(j) {
+            Move::Pull {
+                peer,
+                src_at,
+                dst_at,
+                len,
+            } => {
+                let (at, n) = share(len);
+                // In place, part `peer` lies in the peer's output where it goes in this rank's.
+                let src_at = if sym.parts_in_output { dst_at } else { src_at };
+                // SAFETY: `peer < world`; the slice lies inside the part, which lies inside the
+                // peer's buffer and this rank's `dst` (checked by their owners).
+                unsafe {
+                    let from = sym.src.at(peer, src_at + at);
+                    let to = dst.wrapping_add((dst_at + at) as usize);
+                    if !core::ptr::eq(from, to) {
+                        transfer::copy::<A>(Coop::block(), to, from, n as usize, smem);
+                    }
+                }
+            }
+            Move::Reduce {
+                src_at,
+                dst_at,
+                len,
+                everywhere,
+            } => {
+                let (at, n) = share(len);
+                let mut srcs = [core::ptr::null::<u8>(); MAX_SOURCES];
+                for (p, s) in srcs.iter_mut().enumerate().take(world as usize) {
+                    // SAFETY: `p < world`.
+                    *s = unsafe { sym.src.at(p as u32, src_at + at) };
+                }
+                let out = dst.wrapping_add((dst_at + at) as usize);
+                let mut done = 0;
+                while done < n {
+                    let piece = if n - done < PIECE { n - done } else { PIECE };
+                    let mut from = [core::ptr::null::<u8>(); MAX_SOURCES];
+                    for (f, s) in from.iter_mut().zip(srcs).take(world as usize) {
+                        *f = s.wrapping_add(done as usize);
+                    }
+                    let here = out.wrapping_add(done as usize);
+                    // SAFETY: every source and the output lie inside their ranks' buffers
+                    // (the slice is inside the range the move names).
+                    unsafe {
+                        reducer.reduce::<A>(
+                            Coop::block(),
+                            here,
+                            &from[..world as usize],
+                            piece,
+                            smem,
+                        )
+                    };
+                    if let (true, Some(peers)) = (everywhere, sym.dst) {
+                        // The copies read what every thread just wrote: a block barrier, and on
+                        // Hopper a proxy fence before the bulk-copy engine reads it.
+                        #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
+                        crate::arch::fence_proxy_async();
+                        crate::arch::sync_block();
+                        for k in 1..world {
+                            let q = (me + k) % world;
+                            // SAFETY: `q < world`; the range lies inside rank q's `dst`, alike
+                            // on every rank.
+                            unsafe {
+                                transfer::copy::<A>(
+                                    Coop::block(),
+                                    peers.at(q, dst_at + at + done),
+                                    here,
+                                    piece as usize,
+                                    smem,
+                                )
+                            };
+                        }
+                    }
+                    done += piece;
+                }
+            }
+        }
+    }
+    let flag = epoch::flag(call.epoch, 0);
+    if call.arrive(call.counter(Counter::Reduce, 0, 0), blocks) {
+        call.post_to(Ranks::Others, SignalKind::Gather, flag);
+    }
+    if call.block == 0 {
+        call.wait_block(Ranks::Others, SignalKind::Gather, flag)?;
+    }
+    Ok(())
+}

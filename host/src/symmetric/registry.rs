@@ -1,0 +1,175 @@
+//! What a context knows of its symmetric buffers: where each lies and where its table of the
+//! peers' copies is, so that a collective whose buffers are symmetric runs one pass over them.
+
+use crate::memory::Span;
+use purlin_device::snac::{CollectiveKind, SnacArgs};
+use std::sync::Mutex;
+
+/// One live symmetric buffer of a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// This rank's buffer.
+    pub(crate) base: u64,
+    /// Its bytes (the same on every rank).
+    pub(crate) bytes: u64,
+    /// Device address of the table of every rank's buffer, as this rank addresses them.
+    pub(crate) table: u64,
+    /// The buffer's number, the same on every rank (buffers are made collectively, in order).
+    pub(crate) id: u32,
+}
+
+/// The live symmetric buffers of one context.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Buffers made so far (the next one's number minus one).
+    made: u32,
+    live: Vec<Entry>,
+}
+
+impl Registry {
+    /// Records a new buffer and returns its number (1, 2, ...: as many buffers as were made
+    /// before it, on every rank alike).
+    pub(crate) fn add(&self, base: u64, bytes: u64, table: u64) -> u32 {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.made = s.made.wrapping_add(1).max(1);
+        let id = s.made;
+        s.live.push(Entry {
+            base,
+            bytes,
+            table,
+            id,
+        });
+        id
+    }
+
+    /// Forgets buffer `id`: later calls treat its memory as ordinary.
+    pub(crate) fn remove(&self, id: u32) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.live.retain(|e| e.id != id);
+    }
+
+    /// The symmetric buffer `span` lies in, if any.
+    pub(crate) fn find(&self, span: Span) -> Option<Entry> {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.live
+            .iter()
+            .find(|e| {
+                span.addr >= e.base
+                    && span
+                        .addr
+                        .checked_add(span.bytes)
+                        .is_some_and(|end| end <= e.base + e.bytes)
+            })
+            .copied()
+    }
+
+    /// Marks a call's arguments symmetric when what it touches on the peers lies in symmetric
+    /// buffers: AllReduce `src` and `dst`; AllGather, ReduceScatter and AllToAll `src`
+    /// (AllGather in place, `src` being this rank's part of `dst` at byte `part`: `dst`). Other
+    /// calls stay ordinary; so do the V collectives (their layouts do not let a rank compute
+    /// its peers' offsets). The ranges may start anywhere in their buffers, at the same offset
+    /// on every rank (the device compares the offsets).
+    pub(crate) fn mark(
+        &self,
+        kind: CollectiveKind,
+        src: Span,
+        dst: Span,
+        part: u64,
+        args: &mut SnacArgs,
+    ) {
+        let table = |e: Entry| e.table as *const u64;
+        match kind {
+            CollectiveKind::AllReduce => {
+                if let (Some(s), Some(d)) = (self.find(src), self.find(dst)) {
+                    args.src_peers = table(s);
+                    args.dst_peers = table(d);
+                    args.buffers = s.id as u64 | (d.id as u64) << 32;
+                }
+            }
+            CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {
+                if let Some(d) = self.find(dst) {
+                    args.dst_peers = table(d);
+                    args.buffers = (d.id as u64) << 32;
+                }
+            }
+            CollectiveKind::AllGather
+            | CollectiveKind::ReduceScatter
+            | CollectiveKind::AllToAll => {
+                if let Some(s) = self.find(src) {
+                    args.src_peers = table(s);
+                    args.buffers = s.id as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> SnacArgs {
+        SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 16, 1)
+    }
+
+    #[test]
+    fn a_call_is_symmetric_only_when_what_the_peers_touch_is() {
+        let r = Registry::default();
+        let a = r.add(0x1000, 256, 0x9000);
+        let b = r.add(0x2000, 256, 0x9100);
+        assert_eq!((a, b), (1, 2));
+        let (src, dst) = (Span::new(0x1000, 256), Span::new(0x2000, 128));
+        let mut x = args();
+        r.mark(CollectiveKind::AllReduce, src, dst, 0, &mut x);
+        assert_eq!(x.src_peers as u64, 0x9000);
+        assert_eq!(x.dst_peers as u64, 0x9100);
+        assert_eq!(x.buffers, 1 | (2 << 32));
+        // AllGather reads the peers' src only: an ordinary dst does not matter; a slice of a
+        // buffer is symmetric too.
+        let mut g = args();
+        r.mark(
+            CollectiveKind::AllGather,
+            Span::new(0x1010, 16),
+            Span::new(0x5000, 64),
+            0,
+            &mut g,
+        );
+        assert_eq!((g.src_peers as u64, g.buffers), (0x9000, 1));
+        assert!(g.dst_peers.is_null());
+        // AllGather in place (src is part 1 of dst): the output's buffer.
+        let mut p = args();
+        r.mark(
+            CollectiveKind::AllGather,
+            Span::new(0x2040, 64),
+            dst,
+            64,
+            &mut p,
+        );
+        assert_eq!((p.dst_peers as u64, p.buffers), (0x9100, 2 << 32));
+        assert!(p.src_peers.is_null());
+        // AllReduce with an ordinary dst, a span past its buffer's end, a V collective:
+        // ordinary.
+        for (kind, s, d) in [
+            (CollectiveKind::AllReduce, src, Span::new(0x5000, 64)),
+            (CollectiveKind::AllGather, Span::new(0x1010, 256), dst),
+            (CollectiveKind::AllGather, Span::new(0x0ff0, 32), dst),
+            (CollectiveKind::AllGatherV, src, dst),
+        ] {
+            let mut o = args();
+            r.mark(kind, s, d, 0, &mut o);
+            assert_eq!(o.buffers, 0, "{kind:?} {s:?} {d:?}");
+            assert!(o.src_peers.is_null() && o.dst_peers.is_null());
+        }
+        r.remove(a);
+        let mut gone = args();
+        r.mark(CollectiveKind::AllGather, src, dst, 0, &mut gone);
+        assert_eq!(gone.buffers, 0);
+        assert_eq!(r.add(0x3000, 16, 0x9200), 3);
+    }
+}

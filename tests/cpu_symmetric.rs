@@ -1,0 +1,405 @@
+//! The symmetric regime on the CPU emulation: with every rank's buffers in every rank's
+//! tables, AllReduce, AllGather, ReduceScatter and AllToAll run one pass over the peers'
+//! buffers (no staging). Every world from 1 to 16, every element type and operator of the
+//! reductions, sizes from 0 to several of the regime's pieces, 1 to 3 blocks of 1 or 64
+//! threads, in place where the collective allows it; reductions bit-exact with the f32
+//! rank-order reference and within the f64 tolerance. Then what must fail: a rank whose
+//! buffers are ordinary while its peers' are symmetric (a digest fault naming the buffers, no
+//! hang), and a table that does not name the rank's own buffer (refused before anything moves).
+//!
+//! Outputs are poisoned, inputs fresh random values (seed printed; `PURLIN_TEST_SEED` replays).
+
+use purlin_device::atom::Host;
+use purlin_device::collective;
+use purlin_device::element::DataType;
+use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
+use purlin_device::op::ReduceOpKind;
+use purlin_device::snac::symmetric::PIECE;
+use purlin_device::snac::{
+    CollectiveKind, DigestField, FaultKind, Plan, Refusal, Runtime, SnacArgs,
+};
+use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
+use rand::RngExt;
+use rand::rngs::SmallRng;
+use std::time::Duration;
+
+const WORLDS: [u32; 7] = [1, 2, 3, 4, 5, 8, 16];
+
+/// A plan whose packet paths end at 256 bytes, so the one-pass regime runs from small sizes.
+fn plan() -> Plan {
+    Plan {
+        latency_threshold: 256,
+        ..Plan::DEFAULT
+    }
+}
+
+fn communicator(world: u32, symmetric: bool) -> Communicator {
+    Communicator::builder(world)
+        .latency_window_bytes(1024)
+        .staging_half_bytes(8192)
+        .timeout(Duration::from_secs(20))
+        .symmetric_buffers(symmetric)
+        .build()
+        .unwrap()
+}
+
+/// Part sizes in elements of `size` bytes: 0, one, odd, around the packet threshold, random;
+/// with `large`, also past several pieces of the regime (each block's share of an AllReduce
+/// shard is cut in pieces).
+fn counts(rng: &mut SmallRng, size: usize, world: u32, large: bool) -> Vec<usize> {
+    let piece = PIECE as usize / size;
+    let mut c = vec![0, 1, 7, 256 / size + 1, rng.random_range(1..4096)];
+    if large {
+        c.push(world as usize * 2 * piece + 3);
+    }
+    c
+}
+
+/// Whether a reduction case also runs the large size (the f32 and bf16 sums: the emulation is
+/// slow, and the pieces are the same for every type).
+fn large(dtype: DataType, op: ReduceOpKind) -> bool {
+    matches!(dtype, DataType::F32 | DataType::Bf16) && op == ReduceOpKind::Sum
+}
+
+fn poisoned(bytes: usize) -> Buffer {
+    let b = Buffer::zeroed(bytes);
+    b.fill(POISON);
+    b
+}
+
+fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
+    (0..n).map(|_| rng.random::<u8>()).collect()
+}
+
+fn check_reduced(what: &str, dtype: DataType, op: ReduceOpKind, srcs: &[&[u8]], got: &[u8]) {
+    assert!(
+        reference_f32(dtype, op, srcs) == got,
+        "{what}: not bit-exact with the f32 rank-order reference"
+    );
+    assert_eq!(
+        count_wrong_f64(dtype, op, srcs, got),
+        0,
+        "{what}: outside the f64 tolerance"
+    );
+}
+
+fn launch(kind: CollectiveKind, bytes: u64, blocks: u32, threads: u32) -> Launch {
+    let mut l = Launch::new(kind, bytes);
+    l.plan = plan();
+    l.blocks = blocks;
+    l.threads = threads;
+    l
+}
+
+/// A shape drawn for one call: 1 to 3 blocks of 1 thread, or at worlds up to 4 (where the
+/// emulation's threads stay few) of 64.
+fn shape(rng: &mut SmallRng, world: u32) -> (u32, u32) {
+    let threads = if world <= 4 {
+        [1, 64][rng.random_range(0..2)]
+    } else {
+        1
+    };
+    (rng.random_range(1..=3), threads)
+}
+
+#[test]
+fn all_reduce_over_symmetric_buffers() {
+    let mut rng = fresh_rng("all_reduce_over_symmetric_buffers");
+    for world in WORLDS {
+        let comm = communicator(world, true);
+        for dtype in DataType::ALL {
+            for op in ReduceOpKind::ALL {
+                for count in counts(&mut rng, dtype.size(), world, large(dtype, op)) {
+                    let bytes = count * dtype.size();
+                    let (blocks, threads) = shape(&mut rng, world);
+                    let l = launch(CollectiveKind::AllReduce, bytes as u64, blocks, threads)
+                        .typed(dtype, op);
+                    let inputs: Vec<Vec<u8>> = (0..world)
+                        .map(|_| random_elements(&mut rng, dtype, op, count))
+                        .collect();
+                    let in_place = rng.random_bool(0.3);
+                    let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+                    let dst: Vec<Buffer> = if in_place {
+                        src.iter().map(|b| Buffer::from_slice(&b.bytes())).collect()
+                    } else {
+                        (0..world).map(|_| poisoned(bytes)).collect()
+                    };
+                    let what = format!(
+                        "all_reduce world {world} {dtype:?} {op:?} {count} elements, {blocks} \
+                         blocks x {threads}, in place {in_place}"
+                    );
+                    let srcs = if in_place { &dst } else { &src };
+                    comm.run(&l, srcs, &dst, None)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let parts: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+                    for (r, d) in dst.iter().enumerate() {
+                        check_reduced(&format!("{what}, rank {r}"), dtype, op, &parts, &d.bytes());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_over_symmetric_buffers() {
+    let mut rng = fresh_rng("reduce_scatter_over_symmetric_buffers");
+    for world in WORLDS {
+        let comm = communicator(world, true);
+        for dtype in DataType::ALL {
+            for op in ReduceOpKind::ALL {
+                for count in counts(&mut rng, dtype.size(), world, large(dtype, op)) {
+                    let n = count * dtype.size();
+                    let (blocks, threads) = shape(&mut rng, world);
+                    let l = launch(CollectiveKind::ReduceScatter, n as u64, blocks, threads)
+                        .typed(dtype, op);
+                    let inputs: Vec<Vec<u8>> = (0..world)
+                        .map(|_| random_elements(&mut rng, dtype, op, count * world as usize))
+                        .collect();
+                    let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+                    let dst: Vec<Buffer> = (0..world).map(|_| poisoned(n)).collect();
+                    let what = format!(
+                        "reduce_scatter world {world} {dtype:?} {op:?} {count} elements, \
+                         {blocks} blocks x {threads}"
+                    );
+                    comm.run(&l, &src, &dst, None)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    for (r, d) in dst.iter().enumerate() {
+                        let parts: Vec<&[u8]> =
+                            inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
+                        check_reduced(&format!("{what}, rank {r}"), dtype, op, &parts, &d.bytes());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_gather_and_all_to_all_over_symmetric_buffers() {
+    let mut rng = fresh_rng("all_gather_and_all_to_all_over_symmetric_buffers");
+    for world in WORLDS {
+        let comm = communicator(world, true);
+        let w = world as usize;
+        for n in counts(&mut rng, 1, world, true) {
+            let (blocks, threads) = shape(&mut rng, world);
+            // AllGather: every rank's part in rank order, everywhere.
+            let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n)).collect();
+            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let dst: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+            let l = launch(CollectiveKind::AllGather, n as u64, blocks, threads);
+            comm.run(&l, &src, &dst, None)
+                .unwrap_or_else(|e| panic!("all_gather world {world} {n} B: {e}"));
+            let want = inputs.concat();
+            for (r, d) in dst.iter().enumerate() {
+                assert!(
+                    d.bytes() == want,
+                    "all_gather world {world} {n} B, rank {r}"
+                );
+            }
+            // AllToAll: part r of every rank's input, in rank order, on rank r.
+            let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n * w)).collect();
+            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let dst: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+            let l = launch(CollectiveKind::AllToAll, n as u64, blocks, threads);
+            comm.run(&l, &src, &dst, None)
+                .unwrap_or_else(|e| panic!("all_to_all world {world} {n} B: {e}"));
+            for (r, d) in dst.iter().enumerate() {
+                let want: Vec<u8> = inputs
+                    .iter()
+                    .flat_map(|i| i[r * n..(r + 1) * n].to_vec())
+                    .collect();
+                assert!(
+                    d.bytes() == want,
+                    "all_to_all world {world} {n} B, rank {r}"
+                );
+            }
+        }
+    }
+}
+
+/// Runs `call(args, ctx)` on every rank of `comm` (2 blocks of 64 threads) with `args(rank)`
+/// completed by the block, the shared memory and the test plan.
+fn launch_all(
+    comm: &Communicator,
+    args: impl Fn(u32) -> SnacArgs + Sync,
+    call: impl Fn(&SnacArgs, &purlin_device::context::Context) + Sync,
+) -> Result<(), EmulationError> {
+    comm.launch_threads(2, 64, None, |rank, block, ctx, smem| {
+        let mut a = args(rank);
+        (a.blocks, a.block, a.smem, a.plan) = (2, block, smem, plan());
+        call(&a, &ctx);
+    })
+}
+
+/// In place: AllGather's input is the rank's part of its output (the table names the
+/// outputs), ReduceScatter's output the rank's part of its input (the table names the inputs).
+#[test]
+fn in_place_over_symmetric_buffers() {
+    let mut rng = fresh_rng("in_place_over_symmetric_buffers");
+    for world in [2u32, 3, 8] {
+        let comm = communicator(world, false);
+        let w = world as usize;
+        for n in [16usize, 4096 + 16, 3 * PIECE as usize + 48] {
+            // AllGather: rank r's part is already in place; the rest is poison.
+            let gathered = random_bytes(&mut rng, n * w);
+            let dst: Vec<Buffer> = (0..w)
+                .map(|r| {
+                    let mut v = vec![POISON; n * w];
+                    v[r * n..(r + 1) * n].copy_from_slice(&gathered[r * n..(r + 1) * n]);
+                    Buffer::from_slice(&v)
+                })
+                .collect();
+            let outputs: Vec<u64> = dst.iter().map(Buffer::addr).collect();
+            let args = |rank: u32| {
+                let d = &dst[rank as usize];
+                let src = d.as_ptr().wrapping_add(rank as usize * n);
+                let mut a = SnacArgs::new(d.as_mut_ptr(), src, n as u64, 2);
+                (a.dst_peers, a.buffers) = (outputs.as_ptr(), 5 << 32);
+                a
+            };
+            // SAFETY: every output holds `world × n` bytes, each input is its rank's part of
+            // it, the table names every output; every rank makes the same call.
+            launch_all(&comm, args, |a, ctx| unsafe {
+                collective::all_gather::<Host, Runtime>(a, ctx)
+            })
+            .unwrap_or_else(|e| panic!("all_gather in place world {world} {n} B: {e}"));
+            for (r, d) in dst.iter().enumerate() {
+                assert!(
+                    d.bytes() == gathered,
+                    "all_gather in place world {world} {n} B rank {r}"
+                );
+            }
+            // ReduceScatter of f32 sums: rank r's output is part r of its input.
+            let count = n / 4;
+            let inputs: Vec<Vec<u8>> = (0..w)
+                .map(|_| random_elements(&mut rng, DataType::F32, ReduceOpKind::Sum, count * w))
+                .collect();
+            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
+            let args = |rank: u32| {
+                let s = &src[rank as usize];
+                let dst = s.as_mut_ptr().wrapping_add(rank as usize * n);
+                let mut a = SnacArgs::new(dst, s.as_ptr(), n as u64, 2);
+                (a.src_peers, a.buffers) = (table.as_ptr(), 6);
+                a
+            };
+            // SAFETY: as above, with the inputs in the table and each output inside its input.
+            launch_all(&comm, args, |a, ctx| unsafe {
+                collective::reduce_scatter_op::<Host, Runtime, f32>(a, ctx, ReduceOpKind::Sum)
+            })
+            .unwrap_or_else(|e| panic!("reduce_scatter in place world {world} {n} B: {e}"));
+            for (r, s) in src.iter().enumerate() {
+                let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
+                let got = s.bytes_at(r * n, n);
+                check_reduced(
+                    &format!("reduce_scatter in place world {world} {n} B rank {r}"),
+                    DataType::F32,
+                    ReduceOpKind::Sum,
+                    &parts,
+                    &got,
+                );
+            }
+        }
+    }
+}
+
+/// The faults of a run that must fail; panics if it succeeded.
+fn faults(result: Result<(), EmulationError>) -> Vec<purlin_device::snac::Fault> {
+    match result {
+        Err(EmulationError::Faults(f)) => f,
+        other => panic!("expected faults, got {other:?}"),
+    }
+}
+
+/// Ranks that disagree on their buffers — one passes ordinary buffers, or its range at another
+/// offset of the symmetric buffer — fault the call at once, naming the buffers; none hangs.
+#[test]
+fn ranks_that_pass_other_buffers_are_named() {
+    let world = 3u32;
+    let n = 4096usize;
+    // Each rank's src buffer holds two candidate ranges of n bytes.
+    let src: Vec<Buffer> = (0..world)
+        .map(|r| Buffer::from_slice(&vec![r as u8; 2 * n]))
+        .collect();
+    let dst: Vec<Buffer> = (0..world).map(|_| poisoned(n * world as usize)).collect();
+    let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
+    for (case, odd) in [("ordinary", 0u32), ("offset", 1)] {
+        // A faulted communicator keeps its fault: a fresh one per case.
+        let comm = communicator(world, false);
+        let args = |rank: u32| {
+            let s = &src[rank as usize];
+            let shifted = case == "offset" && rank == odd;
+            let at = s.as_ptr().wrapping_add(if shifted { n } else { 0 });
+            let mut a = SnacArgs::new(dst[rank as usize].as_mut_ptr(), at, n as u64, 2);
+            if !(case == "ordinary" && rank == odd) {
+                (a.src_peers, a.buffers) = (table.as_ptr(), 1);
+            }
+            a
+        };
+        let start = std::time::Instant::now();
+        // SAFETY: every buffer holds what the call moves; the calls differ only in buffers.
+        let f = faults(launch_all(&comm, args, |a, ctx| unsafe {
+            collective::all_gather::<Host, Runtime>(a, ctx)
+        }));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{case}: took {:?}",
+            start.elapsed()
+        );
+        let named = f
+            .iter()
+            .find(|f| f.kind == FaultKind::DigestMismatch)
+            .unwrap_or_else(|| panic!("{case}: {f:?}"));
+        assert_eq!(named.field(), DigestField::Buffers, "{case}: {named}");
+        assert!(named.rank == odd || named.peer == odd, "{case}: {named}");
+        assert!(named.to_string().contains("symmetric buffers"), "{named}");
+    }
+}
+
+/// A table whose entry for the rank does not hold the rank's own buffer is refused on that
+/// rank before anything moves; its peers stop at once.
+#[test]
+fn a_table_that_does_not_name_the_own_buffer_is_refused() {
+    let world = 2u32;
+    let comm = communicator(world, false);
+    let n = 4096usize;
+    let src: Vec<Buffer> = (0..world)
+        .map(|r| Buffer::from_slice(&vec![r as u8; n]))
+        .collect();
+    let dst: Vec<Buffer> = (0..world).map(|_| poisoned(2 * n)).collect();
+    // Rank 1's own entry lies past its buffer's start: its `src` is not inside.
+    let table: Vec<u64> = vec![src[0].addr(), src[1].addr() + 16];
+    let args = |rank: u32| {
+        let mut a = SnacArgs::new(
+            dst[rank as usize].as_mut_ptr(),
+            src[rank as usize].as_ptr(),
+            n as u64,
+            2,
+        );
+        (a.src_peers, a.buffers) = (table.as_ptr(), 1);
+        a
+    };
+    let start = std::time::Instant::now();
+    // SAFETY: the buffers hold what the call moves; the bad entry is refused before use.
+    let f = faults(launch_all(&comm, args, |a, ctx| unsafe {
+        collective::all_gather::<Host, Runtime>(a, ctx)
+    }));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    let refused = f
+        .iter()
+        .find(|f| f.kind == FaultKind::InvalidArgument)
+        .unwrap_or_else(|| panic!("{f:?}"));
+    assert_eq!(
+        (refused.rank, refused.refusal()),
+        (1, Refusal::SymmetricBuffers)
+    );
+    assert!(
+        dst[1].bytes().iter().all(|&b| b == POISON),
+        "rank 1 moved data"
+    );
+}

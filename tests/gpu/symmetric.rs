@@ -1,0 +1,385 @@
+//! Symmetric buffers on the virtual node (worlds 2, 4, 8): every fixed-size collective over
+//! `SymmetricBuffer`s (the one-pass regime above the packet paths) against the host reference,
+//! through the typed API and the raw one, in place, over slices at the same offset on every
+//! rank, queued back to back with sizes changing and one synchronise at the end (mixed with
+//! calls on ordinary buffers); then what must fail: ranks that pass different buffers, and
+//! buffers of different sizes.
+
+use crate::collectives::{Coll, case};
+use crate::support::{virtual_node, virtual_node_failures};
+use cudarc::driver::CudaStream;
+use half::bf16;
+use purlin::collective::{self, Options};
+use purlin::memory::Span;
+use purlin::workspace::WorkspaceRequirements;
+use purlin::{Context, DataType, Error, ReduceOpKind, SymmetricBuffer};
+use purlin_tests::{POISON, fresh_rng, random_elements, reference_f32};
+use rand::RngExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WORLDS: [u32; 3] = [2, 4, 8];
+
+/// A symmetric buffer of `bytes` (at least 16) holding `data` then `POISON`.
+fn filled(
+    ctx: &Context,
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+    data: &[u8],
+) -> SymmetricBuffer<u8> {
+    let mut b = SymmetricBuffer::<u8>::new(ctx, bytes.max(16)).unwrap();
+    let mut host = vec![POISON; bytes.max(16)];
+    host[..data.len()].copy_from_slice(data);
+    stream.memcpy_htod(&host, &mut b).unwrap();
+    b
+}
+
+/// One raw call of `coll` on spans.
+///
+/// # Safety
+/// The spans hold what the call moves until it has run.
+unsafe fn raw(
+    ctx: &Context,
+    coll: Coll,
+    dtype: DataType,
+    op: ReduceOpKind,
+    d: Span,
+    s: Span,
+    count: u64,
+) -> purlin::Result<()> {
+    let o = Options::default();
+    // SAFETY: forwarded contract.
+    unsafe {
+        match coll {
+            Coll::Ar => collective::all_reduce_raw(ctx, dtype, op, d, s, count, &o),
+            Coll::Ag => collective::all_gather_raw(ctx, dtype, d, s, count, &o),
+            Coll::Rs => collective::reduce_scatter_raw(ctx, dtype, op, d, s, count, &o),
+            Coll::A2a => collective::all_to_all_raw(ctx, dtype, d, s, count, &o),
+        }
+    }
+}
+
+#[test]
+fn every_fixed_collective_over_symmetric_buffers_matches_its_reference() {
+    let gpu = gpu_or_return!("symmetric collectives");
+    let mut rng = fresh_rng("gpu symmetric collectives");
+    let mut ran = 0;
+    for world in WORLDS {
+        let w = world as usize;
+        for coll in [Coll::Ar, Coll::Ag, Coll::Rs, Coll::A2a] {
+            let parts = if matches!(coll, Coll::Rs | Coll::A2a) {
+                w
+            } else {
+                1
+            };
+            // Elements per part: empty, one, odd (packet paths), past the packet paths, and
+            // large (64 MiB per rank).
+            let counts = [0usize, 1, 1001, 300_001, (32 << 20) / parts];
+            for (i, &count) in counts.iter().enumerate() {
+                let (dtype, op) = if i + 1 == counts.len() {
+                    (DataType::Bf16, ReduceOpKind::Sum)
+                } else {
+                    (
+                        DataType::ALL[(i + ran) % DataType::ALL.len()],
+                        ReduceOpKind::ALL[(i + ran) % 3],
+                    )
+                };
+                let (inputs, want) = case(&mut rng, coll, w, dtype, op, count);
+                let errors = virtual_node_failures(
+                    &gpu,
+                    world,
+                    WorkspaceRequirements::small(),
+                    |ctx, stream| {
+                        let r = ctx.rank() as usize;
+                        let src = filled(ctx, stream, inputs[r].len(), &inputs[r]);
+                        let dst = filled(ctx, stream, want[r].len(), &[]);
+                        // SAFETY: both buffers hold what the call moves and are freed after the
+                        // synchronisation below.
+                        let launched = unsafe {
+                            raw(ctx, coll, dtype, op, dst.local(), src.local(), count as u64)
+                        };
+                        let outcome = launched.and_then(|_| ctx.synchronize());
+                        let got = stream.clone_dtoh(&dst).unwrap();
+                        src.free().unwrap();
+                        dst.free().unwrap();
+                        match outcome {
+                            Err(e) => Some(format!("rank {r}: {e}")),
+                            Ok(()) => (got[..want[r].len()] != want[r][..]).then(|| {
+                                let first = got.iter().zip(&want[r]).position(|(a, b)| a != b);
+                                format!("rank {r}: output differs from byte {first:?}")
+                            }),
+                        }
+                    },
+                );
+                assert!(
+                    errors.is_empty(),
+                    "{coll:?} world {world} {} {} count {count}: {errors:?}",
+                    dtype.name(),
+                    op.name()
+                );
+                ran += 1;
+            }
+        }
+    }
+    println!("symmetric collective cases run: {ran}");
+}
+
+/// The typed forms take symmetric buffers like cudarc buffers; in place (AllReduce on one
+/// buffer, AllGather of the rank's own part) through the raw forms.
+#[test]
+fn typed_and_in_place_calls_over_symmetric_buffers() {
+    let gpu = gpu_or_return!("typed symmetric collectives");
+    let mut rng = fresh_rng("gpu typed symmetric");
+    for world in WORLDS {
+        let w = world as usize;
+        let n = 1 << 20;
+        let inputs: Vec<Vec<u8>> = (0..w)
+            .map(|_| random_elements(&mut rng, DataType::Bf16, ReduceOpKind::Sum, n))
+            .collect();
+        let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let sum = reference_f32(DataType::Bf16, ReduceOpKind::Sum, &srcs);
+        let gathered = inputs.concat();
+        let errors = virtual_node_failures(
+            &gpu,
+            world,
+            WorkspaceRequirements::small(),
+            |ctx, stream| {
+                let r = ctx.rank() as usize;
+                let mut errors = Vec::new();
+                let as_bf16 = |b: &[u8]| -> Vec<bf16> {
+                    b.chunks(2)
+                        .map(|c| bf16::from_le_bytes([c[0], c[1]]))
+                        .collect()
+                };
+                // Typed AllReduce, bf16, into another symmetric buffer.
+                let mut src = SymmetricBuffer::<bf16>::new(ctx, n).unwrap();
+                let mut dst = SymmetricBuffer::<bf16>::new(ctx, n).unwrap();
+                stream.memcpy_htod(&as_bf16(&inputs[r]), &mut src).unwrap();
+                purlin::all_reduce(ctx, &src, &mut dst, n, ReduceOpKind::Sum).unwrap();
+                ctx.synchronize().unwrap();
+                if stream.clone_dtoh(&dst).unwrap() != as_bf16(&sum) {
+                    errors.push(format!("rank {r}: typed all_reduce"));
+                }
+                // In place: AllReduce with src == dst.
+                let span = src.local();
+                // SAFETY: the buffer holds n elements and outlives the synchronisation.
+                unsafe {
+                    collective::all_reduce_raw(
+                        ctx,
+                        DataType::Bf16,
+                        ReduceOpKind::Sum,
+                        span,
+                        span,
+                        n as u64,
+                        &Options::default(),
+                    )
+                }
+                .unwrap();
+                ctx.synchronize().unwrap();
+                if stream.clone_dtoh(&src).unwrap() != as_bf16(&sum) {
+                    errors.push(format!("rank {r}: in-place all_reduce"));
+                }
+                // In place: AllGather, the rank's input being its part of the output.
+                let mut out = SymmetricBuffer::<bf16>::new(ctx, n * w).unwrap();
+                let mut host = vec![bf16::from_bits(0xffff); n * w];
+                host[r * n..(r + 1) * n].copy_from_slice(&as_bf16(&inputs[r]));
+                stream.memcpy_htod(&host, &mut out).unwrap();
+                let whole = out.local();
+                let mine = whole.slice((r * n * 2) as u64, (n * 2) as u64).unwrap();
+                // SAFETY: as above.
+                unsafe {
+                    collective::all_gather_raw(
+                        ctx,
+                        DataType::Bf16,
+                        whole,
+                        mine,
+                        n as u64,
+                        &Options::default(),
+                    )
+                }
+                .unwrap();
+                ctx.synchronize().unwrap();
+                if stream.clone_dtoh(&out).unwrap() != as_bf16(&gathered) {
+                    errors.push(format!("rank {r}: in-place all_gather"));
+                }
+                for b in [src, dst, out] {
+                    b.free().unwrap();
+                }
+                errors
+            },
+        );
+        assert!(errors.is_empty(), "world {world}: {errors:?}");
+    }
+}
+
+/// Calls queued back to back on every rank's stream with one synchronise at the end, sizes and
+/// kinds changing from call to call, each call on its own slice of two large symmetric buffers
+/// (the same offsets on every rank), every third call on ordinary buffers instead: every output
+/// of every call is checked after the end.
+#[test]
+fn queued_calls_over_symmetric_slices() {
+    let gpu = gpu_or_return!("queued symmetric collectives");
+    let mut rng = fresh_rng("gpu queued symmetric");
+    for world in WORLDS {
+        let w = world as usize;
+        let calls = 40;
+        // (collective, elements per part, dtype, op, offset of src and dst, ordinary)
+        let mut plan = Vec::new();
+        let (mut src_at, mut dst_at) = (0usize, 0usize);
+        for i in 0..calls {
+            let coll = [Coll::Ar, Coll::Ag, Coll::Rs, Coll::A2a][rng.random_range(0..4)];
+            let count = [1usize, 700, 20_000, 300_000][rng.random_range(0..4)];
+            let dtype = [DataType::Bf16, DataType::F32, DataType::F16][rng.random_range(0..3)];
+            let op = ReduceOpKind::ALL[rng.random_range(0..3)];
+            let (inputs, want) = case(&mut rng, coll, w, dtype, op, count);
+            let (sl, dl) = (inputs[0].len(), want[0].len());
+            plan.push((
+                coll,
+                count,
+                dtype,
+                op,
+                src_at,
+                dst_at,
+                i % 3 == 2,
+                inputs,
+                want,
+            ));
+            src_at += sl.div_ceil(256) * 256;
+            dst_at += dl.div_ceil(256) * 256;
+        }
+        let errors = virtual_node_failures(
+            &gpu,
+            world,
+            WorkspaceRequirements::small(),
+            |ctx, stream| {
+                let r = ctx.rank() as usize;
+                let mut src_host = vec![0u8; src_at.max(16)];
+                for (_, _, _, _, s, _, _, inputs, _) in &plan {
+                    src_host[*s..*s + inputs[r].len()].copy_from_slice(&inputs[r]);
+                }
+                let src = filled(ctx, stream, src_at, &src_host);
+                let dst = filled(ctx, stream, dst_at, &[]);
+                let plain_src = stream.clone_htod(&src_host).unwrap();
+                let plain_dst = stream.clone_htod(&vec![POISON; dst_at.max(16)]).unwrap();
+                let (sym_s, sym_d) = (src.local(), dst.local());
+                let (ord_s, ord_d) = (
+                    Span::from_device(&plain_src, stream),
+                    Span::from_device(&plain_dst, stream),
+                );
+                for (i, (coll, count, dtype, op, s, d, ordinary, inputs, want)) in
+                    plan.iter().enumerate()
+                {
+                    let (sb, db) = if *ordinary {
+                        (ord_s, ord_d)
+                    } else {
+                        (sym_s, sym_d)
+                    };
+                    let s = sb.slice(*s as u64, inputs[r].len() as u64).unwrap();
+                    let d = db.slice(*d as u64, want[r].len() as u64).unwrap();
+                    // SAFETY: both slices lie in buffers that outlive the synchronisation.
+                    if let Err(e) = unsafe { raw(ctx, *coll, *dtype, *op, d, s, *count as u64) } {
+                        return vec![format!("rank {r} call {i}: {e}")];
+                    }
+                }
+                if let Err(e) = ctx.synchronize() {
+                    return vec![format!("rank {r}: {e}")];
+                }
+                let (sym_out, ord_out) = (
+                    stream.clone_dtoh(&dst).unwrap(),
+                    stream.clone_dtoh(&plain_dst).unwrap(),
+                );
+                let mut errors = Vec::new();
+                for (i, (coll, count, dtype, _, _, d, ordinary, _, want)) in plan.iter().enumerate()
+                {
+                    let out = if *ordinary { &ord_out } else { &sym_out };
+                    if out[*d..*d + want[r].len()] != want[r][..] {
+                        errors.push(format!(
+                            "rank {r} call {i} {coll:?} {count} {}",
+                            dtype.name()
+                        ));
+                    }
+                }
+                src.free().unwrap();
+                dst.free().unwrap();
+                errors
+            },
+        );
+        assert!(errors.is_empty(), "world {world}: {errors:?}");
+    }
+}
+
+/// One rank passes ordinary buffers while its peers pass symmetric ones: every rank's call
+/// fails (the symmetric ranks name the buffers) instead of hanging or touching a buffer its
+/// owner did not pass.
+#[test]
+fn ranks_that_pass_different_buffers_fail_and_name_them() {
+    let gpu = gpu_or_return!("symmetric mismatch");
+    let world = 4u32;
+    let n = 1usize << 20;
+    let outcomes = virtual_node(
+        &gpu,
+        world,
+        WorkspaceRequirements::small(),
+        |ctx, stream| {
+            ctx.set_timeout(Duration::from_secs(5));
+            let r = ctx.rank() as usize;
+            let src = filled(ctx, stream, n, &vec![1u8; n]);
+            let dst = filled(ctx, stream, n * world as usize, &[]);
+            let plain = stream.clone_htod(&vec![1u8; n]).unwrap();
+            let s = if r == 1 {
+                Span::from_device(&plain, stream)
+            } else {
+                src.local()
+            };
+            let started = std::time::Instant::now();
+            // SAFETY: both buffers hold what the call moves and outlive the synchronisation.
+            let outcome = unsafe {
+                collective::all_gather_raw(
+                    ctx,
+                    DataType::Bf16,
+                    dst.local(),
+                    s,
+                    (n / 2) as u64,
+                    &Options::default(),
+                )
+            }
+            .and_then(|_| ctx.synchronize());
+            let elapsed = started.elapsed();
+            // The context is poisoned now: the buffers' teardown still meets.
+            drop((src, dst));
+            (outcome, elapsed)
+        },
+    );
+    for (r, (outcome, elapsed)) in outcomes.iter().enumerate() {
+        assert!(outcome.is_err(), "rank {r} succeeded");
+        assert!(
+            *elapsed < Duration::from_secs(30),
+            "rank {r} took {elapsed:?}"
+        );
+    }
+    let named = outcomes.iter().any(|(o, _)| {
+        matches!(
+            o,
+            Err(Error::Mismatch {
+                field: "symmetric buffers",
+                ..
+            })
+        )
+    });
+    assert!(named, "no rank named the buffers: {outcomes:?}");
+}
+
+/// Buffers of different sizes on different ranks are refused on every rank.
+#[test]
+fn symmetric_buffers_of_different_sizes_are_refused() {
+    let gpu = gpu_or_return!("symmetric sizes");
+    let outcomes = virtual_node(&gpu, 2, WorkspaceRequirements::small(), |ctx, _| {
+        SymmetricBuffer::<f32>::new(ctx, 1000 + ctx.rank() as usize).map(drop)
+    });
+    for (r, o) in outcomes.iter().enumerate() {
+        assert!(
+            matches!(o, Err(Error::InvalidArgument { .. })),
+            "rank {r}: {o:?}"
+        );
+    }
+}
