@@ -1,6 +1,6 @@
 //! The symmetric regime on the CPU emulation: with every rank's buffers in every rank's
-//! tables, AllReduce, AllGather, ReduceScatter and AllToAll run one pass over the peers'
-//! buffers (no staging). Every world from 1 to 16, every element type and operator of the
+//! tables, AllReduce, AllGather (pushing onto symmetric outputs, pulling onto ordinary ones),
+//! ReduceScatter and AllToAll run one pass over the peers' buffers (no staging). Every world from 1 to 16, every element type and operator of the
 //! reductions, sizes from 0 to several of the regime's pieces, 1 to 3 blocks of 1 or 64
 //! threads, in place where the collective allows it; reductions bit-exact with the f32
 //! rank-order reference and within the f64 tolerance. Then what must fail: a rank whose
@@ -180,6 +180,7 @@ fn all_gather_and_all_to_all_over_symmetric_buffers() {
     let mut rng = fresh_rng("all_gather_and_all_to_all_over_symmetric_buffers");
     for world in WORLDS {
         let comm = communicator(world, true);
+        let plain = communicator(world, false);
         let w = world as usize;
         for n in counts(&mut rng, 1, world, true) {
             let (blocks, threads) = shape(&mut rng, world);
@@ -195,6 +196,27 @@ fn all_gather_and_all_to_all_over_symmetric_buffers() {
                 assert!(
                     d.bytes() == want,
                     "all_gather world {world} {n} B, rank {r}"
+                );
+            }
+            // The same onto ordinary outputs: every rank pulls from the peers' inputs.
+            let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
+            let pulled: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+            let args = |rank: u32| {
+                let r = rank as usize;
+                let mut a = SnacArgs::new(pulled[r].as_mut_ptr(), src[r].as_ptr(), n as u64, 2);
+                (a.src_peers, a.buffers) = (table.as_ptr(), 3);
+                a
+            };
+            // SAFETY: every input holds n bytes and every output world × n; the table names
+            // every input; every rank makes the same call.
+            launch_all(&plain, args, |a, ctx| unsafe {
+                collective::all_gather::<Host, Runtime>(a, ctx)
+            })
+            .unwrap_or_else(|e| panic!("all_gather pulled world {world} {n} B: {e}"));
+            for (r, d) in pulled.iter().enumerate() {
+                assert!(
+                    d.bytes() == want,
+                    "all_gather pulled world {world} {n} B, rank {r}"
                 );
             }
             // AllToAll: part r of every rank's input, in rank order, on rank r.

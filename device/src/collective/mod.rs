@@ -722,6 +722,7 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
                 &mut call,
                 streams,
                 sym,
+                args.src,
                 args.dst,
                 args.blocks,
                 reducer,

@@ -310,17 +310,28 @@ impl Streams for Direct {
     }
 }
 
-/// Over symmetric buffers: pull part `q` of `dst` from rank `q`'s `src`, starting at this
-/// rank's own part (nothing moves for it in place).
+/// Over symmetric buffers: push this rank's `src` into its part of every rank's `dst` when the
+/// outputs are symmetric (each input read once), else pull part `q` of `dst` from rank `q`'s
+/// `src`; either way starting at this rank's own part (nothing moves for it in place).
 impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
-    fn moves(&self) -> u32 {
-        self.b.world
+    fn moves(&self, writes_peers: bool) -> u32 {
+        if writes_peers { 1 } else { self.b.world }
     }
     #[inline(always)]
-    fn pass(&self, j: u32) -> Move {
-        let q = (self.b.me + j) % self.b.world;
+    fn pass(&self, j: u32, writes_peers: bool) -> Move {
+        let me = self.b.me;
+        if writes_peers {
+            let (src_at, len) = self.src.part(me, me);
+            let (dst_at, _) = self.dst.part(me, me);
+            return Move::Push {
+                src_at,
+                dst_at,
+                len,
+            };
+        }
+        let q = (me + j) % self.b.world;
         let (src_at, len) = self.src.part(q, q);
-        let (dst_at, _) = self.dst.part(self.b.me, q);
+        let (dst_at, _) = self.dst.part(me, q);
         Move::Pull {
             peer: q,
             src_at,
@@ -333,11 +344,11 @@ impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
 /// Over symmetric buffers: pull the part of rank `p`'s `src` meant for this rank into part `p`
 /// of `dst`.
 impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
-    fn moves(&self) -> u32 {
+    fn moves(&self, _: bool) -> u32 {
         self.b.world
     }
     #[inline(always)]
-    fn pass(&self, j: u32) -> Move {
+    fn pass(&self, j: u32, _: bool) -> Move {
         let me = self.b.me;
         let p = (me + j) % self.b.world;
         let (src_at, len) = self.src.part(p, me);
@@ -353,11 +364,11 @@ impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
 
 /// Over symmetric buffers: reduce this rank's part of every rank's `src` into `dst`.
 impl<S: Layout> OnePass for Scatter<S> {
-    fn moves(&self) -> u32 {
+    fn moves(&self, _: bool) -> u32 {
         1
     }
     #[inline(always)]
-    fn pass(&self, _: u32) -> Move {
+    fn pass(&self, _: u32, _: bool) -> Move {
         let (src_at, len) = self.src.part(self.b.me, self.b.me);
         Move::Reduce {
             src_at,
@@ -381,21 +392,21 @@ fn own_shard(me: u32, shards: Split) -> Move {
 }
 
 impl OnePass for Composed {
-    fn moves(&self) -> u32 {
+    fn moves(&self, _: bool) -> u32 {
         1
     }
     #[inline(always)]
-    fn pass(&self, _: u32) -> Move {
+    fn pass(&self, _: u32, _: bool) -> Move {
         own_shard(self.b.me, self.shards)
     }
 }
 
 impl OnePass for Direct {
-    fn moves(&self) -> u32 {
+    fn moves(&self, _: bool) -> u32 {
         1
     }
     #[inline(always)]
-    fn pass(&self, _: u32) -> Move {
+    fn pass(&self, _: u32, _: bool) -> Move {
         let shards = Split {
             bytes: self.bytes,
             world: self.b.world,

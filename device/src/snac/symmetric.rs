@@ -4,9 +4,11 @@
 //! every peer, so that [`SnacArgs::src_peers`] (and for AllReduce [`SnacArgs::dst_peers`])
 //! give every rank's copy — a rank can read its peers' inputs and write their outputs itself.
 //! A collective then describes one rank's share as a few [`Move`]s ([`OnePass`]): *pull* a
-//! part of a peer's `src` into this rank's `dst` (AllGather, AllToAll), or *reduce* a range of
-//! every rank's `src`, in rank order, into this rank's `dst` (ReduceScatter) or into every
-//! rank's (AllReduce, each rank its own shard). Every byte is read once and written once.
+//! part of a peer's `src` into this rank's `dst` (AllToAll, AllGather onto ordinary outputs),
+//! *push* this rank's `src` into every rank's `dst` (AllGather onto symmetric outputs: each
+//! input read once), or *reduce* a range of every rank's `src`, in rank order, into this rank's
+//! `dst` (ReduceScatter) or into every rank's (AllReduce, each rank its own shard). Pushes and
+//! AllReduce's copies go piece by piece, so a piece read once serves every peer from L2.
 //!
 //! Two meetings frame the pass. At entry every block waits for every peer's arrival packets
 //! and compares their digests ([`Call::rendezvous`]): a peer that arrived has started its
@@ -42,6 +44,9 @@ pub(crate) enum Move {
         dst_at: u64,
         len: u64,
     },
+    /// `len` bytes at `src_at` of this rank's `src` to `dst_at` of every rank's `dst` (nothing
+    /// where both are the same memory: the in-place AllGather's own part).
+    Push { src_at: u64, dst_at: u64, len: u64 },
     /// The reduction over ranks `0..world`, in order, of `len` bytes at `src_at` of every
     /// rank's `src`, into `dst_at` of this rank's `dst` and, when `everywhere`, of every rank's.
     Reduce {
@@ -54,12 +59,13 @@ pub(crate) enum Move {
 
 /// One rank's moves in a one-pass call: what a collective's layouts mean over symmetric
 /// buffers. A peer's offsets must be computable by this rank, which holds for the fixed-size
-/// layouts (every rank's parts lie alike).
+/// layouts (every rank's parts lie alike). `writes_peers`: every rank's `dst` is symmetric and
+/// the call writes the peers' outputs (an AllGather then pushes rather than pulls).
 pub(crate) trait OnePass {
     /// Moves of this rank.
-    fn moves(&self) -> u32;
+    fn moves(&self, writes_peers: bool) -> u32;
     /// Move `j`.
-    fn pass(&self, j: u32) -> Move;
+    fn pass(&self, j: u32, writes_peers: bool) -> Move;
 }
 
 /// Every rank's copy of one symmetric buffer, as this rank addresses them, and where the call's
@@ -103,16 +109,13 @@ impl Peers {
     }
 }
 
-/// A call's symmetric buffers: where the peers' parts are read, and every rank's `dst` when
-/// the call writes the peers' outputs.
+/// A call's symmetric buffers: every rank's `src` when the call reads the peers' inputs, every
+/// rank's `dst` when it writes the peers' outputs (AllReduce both, an AllGather whose outputs
+/// are symmetric pushes: `dst` only).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Symmetric {
-    /// The peers' inputs — or, for an AllGather in place, their outputs, where each rank's
-    /// part already lies.
-    src: Peers,
+    src: Option<Peers>,
     dst: Option<Peers>,
-    /// AllGather in place: a peer's part is read at its place in the peer's output.
-    parts_in_output: bool,
     /// What the call digest compares (see [`Symmetric::digest_word`]).
     word: u64,
 }
@@ -121,11 +124,11 @@ impl Symmetric {
     /// The symmetric buffers of a `kind` call on rank `rank`, if it has them (`Ok(None)`:
     /// ordinary buffers, [`SnacArgs::buffers`] 0, or a V collective, whose layouts do not let
     /// a rank compute its peers' offsets). What the collective touches on the peers must be
-    /// symmetric: AllReduce `src` and `dst`; AllGather, ReduceScatter and AllToAll `src`
-    /// (AllGather in place, `src` being this rank's part of `dst`: `dst`). Refused
-    /// ([`Refusal::SymmetricBuffers`]) when such a table is missing or does not hold the
-    /// buffer the call's address lies in at `rank`: a rank must never take another rank's
-    /// buffer for its own.
+    /// symmetric: AllReduce `src` and `dst`; AllGather `dst` (it pushes its part into every
+    /// output, in place too) or else `src` (every rank pulls); ReduceScatter and AllToAll
+    /// `src`. Refused ([`Refusal::SymmetricBuffers`]) when such a table is missing or does not
+    /// hold the buffer the call's address lies in at `rank`: a rank must never take another
+    /// rank's buffer for its own.
     ///
     /// # Safety
     /// Non-null tables hold `world > rank` addresses.
@@ -138,65 +141,76 @@ impl Symmetric {
         if args.buffers == 0 || kind.is_v() {
             return Ok(None);
         }
-        let (src, dst) = (args.src as u64, args.dst as u64);
-        // SAFETY (all three): forwarded contract.
-        let peers = |table, addr| unsafe { Peers::of(table, rank, addr) };
-        let in_place = kind == CollectiveKind::AllGather
-            && !args.dst_peers.is_null()
-            && src == dst.wrapping_add(args.bytes.wrapping_mul(rank as u64));
-        let (from, to) = if kind == CollectiveKind::AllReduce {
-            (peers(args.src_peers, src), Some(peers(args.dst_peers, dst)))
-        } else if in_place {
-            (peers(args.dst_peers, dst), None)
+        // SAFETY (both): forwarded contract.
+        let src = || unsafe { Peers::of(args.src_peers, rank, args.src as u64) };
+        let dst = || unsafe { Peers::of(args.dst_peers, rank, args.dst as u64) };
+        let (reads, writes) = match kind {
+            CollectiveKind::AllReduce => (true, true),
+            CollectiveKind::AllGather if !args.dst_peers.is_null() => (false, true),
+            _ => (true, false),
+        };
+        let src = if reads {
+            Some(src().ok_or(Refusal::SymmetricBuffers)?)
         } else {
-            (peers(args.src_peers, src), None)
+            None
         };
-        let Some(from) = from else {
-            return Err(Refusal::SymmetricBuffers);
-        };
-        let dst = match to {
-            Some(None) => return Err(Refusal::SymmetricBuffers),
-            Some(Some(d)) => Some(d),
-            None => None,
+        let dst = if writes {
+            Some(dst().ok_or(Refusal::SymmetricBuffers)?)
+        } else {
+            None
         };
         let word = super::digest::hash(&[
             args.buffers,
-            from.offset,
-            dst.map_or(0, |d| d.offset),
-            in_place as u64,
+            src.map_or(u64::MAX, |p| p.offset),
+            dst.map_or(u64::MAX, |p| p.offset),
         ]) as u64
             | 1 << 32;
-        Ok(Some(Self {
-            src: from,
-            dst,
-            parts_in_output: in_place,
-            word,
-        }))
+        Ok(Some(Self { src, dst, word }))
     }
 
     /// The call digest's last packet for this call (never 0, which means ordinary buffers):
-    /// the buffers' identity ([`SnacArgs::buffers`]), where the call's ranges start in them
-    /// and whether the AllGather is in place, so that every rank reads and writes the ranges
-    /// its peers passed.
+    /// the buffers' identity ([`SnacArgs::buffers`]) and where the call's ranges start in
+    /// them, so that every rank reads and writes the ranges its peers passed.
     #[inline(always)]
     pub(crate) const fn digest_word(&self) -> u64 {
         self.word
     }
+
+    /// Whether the call writes the peers' outputs.
+    #[inline(always)]
+    pub(crate) const fn writes_peers(&self) -> bool {
+        self.dst.is_some()
+    }
 }
 
-/// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's `dst` is
-/// `dst`), reducing with `reducer`, between the entry and exit meetings (see the module docs).
-/// Every block takes an even, 16-byte-aligned slice of every move.
+/// Runs `f(done, piece)` over `n` bytes in pieces of at most [`PIECE`].
+#[inline(always)]
+fn by_piece(n: u64, mut f: impl FnMut(u64, u64)) {
+    let mut done = 0;
+    while done < n {
+        let piece = if n - done < PIECE { n - done } else { PIECE };
+        f(done, piece);
+        done += piece;
+    }
+}
+
+/// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's own are
+/// `src` and `dst`), reducing with `reducer`, between the entry and exit meetings (see the
+/// module docs). Every block takes an even, 16-byte-aligned slice of every move.
 ///
 /// # Safety
 /// The peers' buffers hold what the moves address (every rank checked its own before
-/// arriving, and the digest says they all made this call on these buffers); `smem` as
-/// [`Atom::copy`] needs; every thread of every block of the call calls.
+/// arriving, and the digest says they all made this call on these buffers); the moves need
+/// the tables `sym` has (pulls and reductions every rank's `src`, pushes and reductions
+/// `everywhere` every rank's `dst`); `smem` as [`Atom::copy`] needs; every thread of every
+/// block of the call calls.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     call: &mut Call,
     moves: &M,
     sym: Symmetric,
+    src: *const u8,
     dst: *mut u8,
     blocks: u32,
     reducer: R,
@@ -208,26 +222,53 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
         let (at, n) = split_bytes(len as usize, 16, blocks as usize, call.block as usize);
         (at as u64, n as u64)
     };
-    for j in 0..moves.moves() {
-        match moves.pass(j) {
+    let writes = sym.writes_peers();
+    for j in 0..moves.moves(writes) {
+        match moves.pass(j, writes) {
             Move::Pull {
                 peer,
                 src_at,
                 dst_at,
                 len,
             } => {
-                let (at, n) = share(len);
-                // In place, part `peer` lies in the peer's output where it goes in this rank's.
-                let src_at = if sym.parts_in_output { dst_at } else { src_at };
+                let (Some(peers), (at, n)) = (sym.src, share(len)) else {
+                    continue;
+                };
                 // SAFETY: `peer < world`; the slice lies inside the part, which lies inside the
-                // peer's buffer and this rank's `dst` (checked by their owners).
+                // peer's `src` and this rank's `dst` (checked by their owners).
                 unsafe {
-                    let from = sym.src.at(peer, src_at + at);
+                    let from = peers.at(peer, src_at + at);
                     let to = dst.wrapping_add((dst_at + at) as usize);
                     if !core::ptr::eq(from, to) {
                         transfer::copy::<A>(Coop::block(), to, from, n as usize, smem);
                     }
                 }
+            }
+            Move::Push {
+                src_at,
+                dst_at,
+                len,
+            } => {
+                let (Some(peers), (at, n)) = (sym.dst, share(len)) else {
+                    continue;
+                };
+                let from = src.wrapping_add((src_at + at) as usize);
+                // Piece by piece into every rank's output, this rank's first: only the first
+                // copy of a piece reads memory, the others find it in L2.
+                by_piece(n, |done, piece| {
+                    let here = from.wrapping_add(done as usize);
+                    for k in 0..world {
+                        let q = (me + k) % world;
+                        // SAFETY: `q < world`; the range lies inside this rank's `src` and
+                        // inside rank q's `dst`, alike on every rank.
+                        unsafe {
+                            let to = peers.at(q, dst_at + at + done);
+                            if !core::ptr::eq(here, to) {
+                                transfer::copy::<A>(Coop::block(), to, here, piece as usize, smem);
+                            }
+                        }
+                    }
+                });
             }
             Move::Reduce {
                 src_at,
@@ -235,16 +276,16 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                 len,
                 everywhere,
             } => {
-                let (at, n) = share(len);
+                let (Some(inputs), (at, n)) = (sym.src, share(len)) else {
+                    continue;
+                };
                 let mut srcs = [core::ptr::null::<u8>(); MAX_SOURCES];
                 for (p, s) in srcs.iter_mut().enumerate().take(world as usize) {
                     // SAFETY: `p < world`.
-                    *s = unsafe { sym.src.at(p as u32, src_at + at) };
+                    *s = unsafe { inputs.at(p as u32, src_at + at) };
                 }
                 let out = dst.wrapping_add((dst_at + at) as usize);
-                let mut done = 0;
-                while done < n {
-                    let piece = if n - done < PIECE { n - done } else { PIECE };
+                by_piece(n, |done, piece| {
                     let mut from = [core::ptr::null::<u8>(); MAX_SOURCES];
                     for (f, s) in from.iter_mut().zip(srcs).take(world as usize) {
                         *f = s.wrapping_add(done as usize);
@@ -282,8 +323,7 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                             };
                         }
                     }
-                    done += piece;
-                }
+                });
             }
         }
     }

@@ -95,9 +95,37 @@ impl<T> SymmetricBuffer<T> {
                 std::mem::size_of::<T>()
             ),
         };
-        let bytes = (len as u64)
-            .checked_mul(std::mem::size_of::<T>() as u64)
-            .ok_or_else(too_big)?;
+        let bytes = (len as u64).checked_mul(std::mem::size_of::<T>() as u64);
+        // Every rank learns every rank's size first, so that all of them refuse a size that
+        // differs (the allocation below would round small differences away) or overflows.
+        let ws = ctx.workspace();
+        let sizes = ws
+            .bootstrap()
+            .all_gather(&bytes.unwrap_or(u64::MAX).to_le_bytes())?;
+        let bytes = bytes.ok_or_else(too_big)?;
+        for (r, theirs) in sizes.iter().enumerate() {
+            let theirs = theirs
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+                .ok_or_else(|| Error::Bootstrap(format!("rank {r} sent no size")))?;
+            if theirs == u64::MAX {
+                return Err(Error::PeerFailed {
+                    rank: r as u32,
+                    step: "symmetric buffer size",
+                });
+            }
+            if theirs != bytes {
+                return Err(Error::InvalidArgument {
+                    what: "len",
+                    reason: format!(
+                        "rank {r} asked for {theirs} bytes and rank {} for {bytes}: a symmetric \
+                         buffer needs the same size on every rank",
+                        ctx.rank()
+                    ),
+                });
+            }
+        }
         let table_at = bytes
             .checked_add(TABLE_ALIGN - 1)
             .map(|b| b & !(TABLE_ALIGN - 1))
@@ -105,7 +133,6 @@ impl<T> SymmetricBuffer<T> {
         let total = table_at
             .checked_add((MAX_RANKS * 8) as u64)
             .ok_or_else(too_big)?;
-        let ws = ctx.workspace();
         let mut sym = Symmetric::new(ws.bootstrap().clone(), ws.allocator().clone(), total)?;
         let base = sym.local();
         let table = base + table_at;

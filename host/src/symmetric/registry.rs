@@ -69,8 +69,9 @@ impl Registry {
     }
 
     /// Marks a call's arguments symmetric when what it touches on the peers lies in symmetric
-    /// buffers: AllReduce `src` and `dst`; AllGather, ReduceScatter and AllToAll `src`
-    /// (AllGather in place, `src` being this rank's part of `dst` at byte `part`: `dst`). Other
+    /// buffers: AllReduce `src` and `dst`; AllGather `dst` (it pushes), else `src` (it pulls;
+    /// not in place, `src` being this rank's part of `dst` at byte `part`); ReduceScatter and
+    /// AllToAll `src`. Other
     /// calls stay ordinary; so do the V collectives (their layouts do not let a rank compute
     /// its peers' offsets). The ranges may start anywhere in their buffers, at the same offset
     /// on every rank (the device compares the offsets).
@@ -91,12 +92,15 @@ impl Registry {
                     args.buffers = s.id as u64 | (d.id as u64) << 32;
                 }
             }
-            CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {
+            // Symmetric outputs: every rank pushes its part into every output (in place too).
+            CollectiveKind::AllGather if self.find(dst).is_some() => {
                 if let Some(d) = self.find(dst) {
                     args.dst_peers = table(d);
                     args.buffers = (d.id as u64) << 32;
                 }
             }
+            // In place on ordinary outputs: nothing to pull from.
+            CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {}
             CollectiveKind::AllGather
             | CollectiveKind::ReduceScatter
             | CollectiveKind::AllToAll => {
@@ -125,50 +129,48 @@ mod tests {
         let b = r.add(0x2000, 256, 0x9100);
         assert_eq!((a, b), (1, 2));
         let (src, dst) = (Span::new(0x1000, 256), Span::new(0x2000, 128));
+        let plain = Span::new(0x5000, 64);
         let mut x = args();
         r.mark(CollectiveKind::AllReduce, src, dst, 0, &mut x);
         assert_eq!(x.src_peers as u64, 0x9000);
         assert_eq!(x.dst_peers as u64, 0x9100);
         assert_eq!(x.buffers, 1 | (2 << 32));
-        // AllGather reads the peers' src only: an ordinary dst does not matter; a slice of a
-        // buffer is symmetric too.
+        // AllGather onto an ordinary dst pulls from the peers' src; a slice of a buffer is
+        // symmetric too.
         let mut g = args();
         r.mark(
             CollectiveKind::AllGather,
             Span::new(0x1010, 16),
-            Span::new(0x5000, 64),
+            plain,
             0,
             &mut g,
         );
         assert_eq!((g.src_peers as u64, g.buffers), (0x9000, 1));
         assert!(g.dst_peers.is_null());
-        // AllGather in place (src is part 1 of dst): the output's buffer.
-        let mut p = args();
-        r.mark(
-            CollectiveKind::AllGather,
-            Span::new(0x2040, 64),
-            dst,
-            64,
-            &mut p,
-        );
-        assert_eq!((p.dst_peers as u64, p.buffers), (0x9100, 2 << 32));
-        assert!(p.src_peers.is_null());
-        // AllReduce with an ordinary dst, a span past its buffer's end, a V collective:
-        // ordinary.
+        // AllGather onto a symmetric dst pushes, in place (src is part 1 of dst) or not.
+        for s in [src, Span::new(0x2040, 64)] {
+            let mut p = args();
+            r.mark(CollectiveKind::AllGather, s, dst, 64, &mut p);
+            assert_eq!((p.dst_peers as u64, p.buffers), (0x9100, 2 << 32));
+            assert!(p.src_peers.is_null());
+        }
+        // AllReduce with an ordinary dst, a span past its buffer's end or before its start, an
+        // in-place AllGather on an ordinary output, a V collective: ordinary.
         for (kind, s, d) in [
-            (CollectiveKind::AllReduce, src, Span::new(0x5000, 64)),
-            (CollectiveKind::AllGather, Span::new(0x1010, 256), dst),
-            (CollectiveKind::AllGather, Span::new(0x0ff0, 32), dst),
+            (CollectiveKind::AllReduce, src, plain),
+            (CollectiveKind::AllGather, Span::new(0x1010, 256), plain),
+            (CollectiveKind::AllGather, Span::new(0x0ff0, 32), plain),
+            (CollectiveKind::AllGather, Span::new(0x5010, 16), plain),
             (CollectiveKind::AllGatherV, src, dst),
         ] {
             let mut o = args();
-            r.mark(kind, s, d, 0, &mut o);
+            r.mark(kind, s, d, 16, &mut o);
             assert_eq!(o.buffers, 0, "{kind:?} {s:?} {d:?}");
             assert!(o.src_peers.is_null() && o.dst_peers.is_null());
         }
         r.remove(a);
         let mut gone = args();
-        r.mark(CollectiveKind::AllGather, src, dst, 0, &mut gone);
+        r.mark(CollectiveKind::ReduceScatter, src, dst, 0, &mut gone);
         assert_eq!(gone.buffers, 0);
         assert_eq!(r.add(0x3000, 16, 0x9200), 3);
     }
