@@ -14,7 +14,6 @@ use purlin_device::collective;
 use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::symmetric::PIECE;
 use purlin_device::snac::{
     CollectiveKind, DigestField, FaultKind, Plan, Refusal, Runtime, SnacArgs,
 };
@@ -25,10 +24,15 @@ use std::time::Duration;
 
 const WORLDS: [u32; 7] = [1, 2, 3, 4, 5, 8, 16];
 
-/// A plan whose packet paths end at 256 bytes, so the one-pass regime runs from small sizes.
+/// The regime's pieces in the tests: small, so that blocks cut their shares in several.
+const PIECE: usize = 8 << 10;
+
+/// A plan whose packet paths end at 256 bytes, so the one-pass regime runs from small sizes,
+/// and whose pieces are [`PIECE`].
 fn plan() -> Plan {
     Plan {
         latency_threshold: 256,
+        chunk_bytes: PIECE as u64,
         ..Plan::DEFAULT
     }
 }
@@ -47,7 +51,7 @@ fn communicator(world: u32, symmetric: bool) -> Communicator {
 /// with `large`, also past several pieces of the regime (each block's share of an AllReduce
 /// shard is cut in pieces).
 fn counts(rng: &mut SmallRng, size: usize, world: u32, large: bool) -> Vec<usize> {
-    let piece = PIECE as usize / size;
+    let piece = PIECE / size;
     let mut c = vec![0, 1, 7, 256 / size + 1, rng.random_range(1..4096)];
     if large {
         c.push(world as usize * 2 * piece + 3);
@@ -262,7 +266,7 @@ fn in_place_over_symmetric_buffers() {
     for world in [2u32, 3, 8] {
         let comm = communicator(world, false);
         let w = world as usize;
-        for n in [16usize, 4096 + 16, 3 * PIECE as usize + 48] {
+        for n in [16usize, 4096 + 16, 3 * PIECE + 48] {
             // AllGather: rank r's part is already in place; the rest is poison.
             let gathered = random_bytes(&mut rng, n * w);
             let dst: Vec<Buffer> = (0..w)

@@ -308,9 +308,9 @@ fn queued_calls_over_symmetric_slices() {
     }
 }
 
-/// One rank passes ordinary buffers while its peers pass symmetric ones: every rank's call
-/// fails (the symmetric ranks name the buffers) instead of hanging or touching a buffer its
-/// owner did not pass.
+/// One rank passes an ordinary output while its peers pass symmetric ones (so it would pull
+/// while they push): every rank's call fails (the pushing ranks name the buffers) instead of
+/// hanging or writing into an output its owner did not pass.
 #[test]
 fn ranks_that_pass_different_buffers_fail_and_name_them() {
     let gpu = gpu_or_return!("symmetric mismatch");
@@ -325,11 +325,13 @@ fn ranks_that_pass_different_buffers_fail_and_name_them() {
             let r = ctx.rank() as usize;
             let src = filled(ctx, stream, n, &vec![1u8; n]);
             let dst = filled(ctx, stream, n * world as usize, &[]);
-            let plain = stream.clone_htod(&vec![1u8; n]).unwrap();
-            let s = if r == 1 {
+            let plain = stream
+                .clone_htod(&vec![POISON; n * world as usize])
+                .unwrap();
+            let d = if r == 1 {
                 Span::from_device(&plain, stream)
             } else {
-                src.local()
+                dst.local()
             };
             let started = std::time::Instant::now();
             // SAFETY: both buffers hold what the call moves and outlive the synchronisation.
@@ -337,27 +339,33 @@ fn ranks_that_pass_different_buffers_fail_and_name_them() {
                 collective::all_gather_raw(
                     ctx,
                     DataType::Bf16,
-                    dst.local(),
-                    s,
+                    d,
+                    src.local(),
                     (n / 2) as u64,
                     &Options::default(),
                 )
             }
             .and_then(|_| ctx.synchronize());
             let elapsed = started.elapsed();
+            let untouched = stream
+                .clone_dtoh(&plain)
+                .unwrap()
+                .iter()
+                .all(|&b| b == POISON);
             // The context is poisoned now: the buffers' teardown still meets.
             drop((src, dst));
-            (outcome, elapsed)
+            (outcome, elapsed, untouched)
         },
     );
-    for (r, (outcome, elapsed)) in outcomes.iter().enumerate() {
+    for (r, (outcome, elapsed, _)) in outcomes.iter().enumerate() {
         assert!(outcome.is_err(), "rank {r} succeeded");
         assert!(
             *elapsed < Duration::from_secs(30),
             "rank {r} took {elapsed:?}"
         );
     }
-    let named = outcomes.iter().any(|(o, _)| {
+    assert!(outcomes[1].2, "rank 1's ordinary output was written");
+    let named = outcomes.iter().any(|(o, _, _)| {
         matches!(
             o,
             Err(Error::Mismatch {

@@ -725,6 +725,7 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
                 args.src,
                 args.dst,
                 args.blocks,
+                symmetric::piece_bytes(plan.chunk_bytes),
                 reducer,
                 args.smem,
             )

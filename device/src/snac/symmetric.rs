@@ -28,10 +28,24 @@ use crate::atom::{Atom, MAX_SOURCES};
 use crate::coop::Coop;
 use crate::partition::split_bytes;
 
-/// Bytes a block reduces before it copies them on to the peers (AllReduce): small enough that
-/// the result is still in L2 when the copies read it back (`blocks × ranks × PIECE` stays far
-/// below the L2 of the GPUs Purlin targets), large enough to keep the Atoms streaming.
-pub const PIECE: u64 = 32 << 10;
+/// The smallest piece (see [`piece_bytes`]).
+pub const MIN_PIECE: u64 = 4 << 10;
+
+/// Bytes a block pushes, or reduces, before it copies them on to the next peers: the plan's
+/// `chunk_bytes` in whole 16-byte units, at least [`MIN_PIECE`]. Small enough that the piece
+/// is still in L2 when the next copies read it back (`blocks × ranks × piece` below the L2),
+/// large enough that every copy keeps the Atom streaming (each Atom call waits for its bytes).
+///
+/// ```
+/// use purlin_device::snac::symmetric::{MIN_PIECE, piece_bytes};
+/// assert_eq!(piece_bytes(1 << 20), 1 << 20);
+/// assert_eq!(piece_bytes(100_000), 99_984);
+/// assert_eq!(piece_bytes(0), MIN_PIECE);
+/// ```
+pub const fn piece_bytes(chunk_bytes: u64) -> u64 {
+    let piece = chunk_bytes & !15;
+    if piece < MIN_PIECE { MIN_PIECE } else { piece }
+}
 
 /// One move of one rank in a one-pass call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,12 +197,12 @@ impl Symmetric {
     }
 }
 
-/// Runs `f(done, piece)` over `n` bytes in pieces of at most [`PIECE`].
+/// Runs `f(done, piece)` over `n` bytes in pieces of at most `most` bytes.
 #[inline(always)]
-fn by_piece(n: u64, mut f: impl FnMut(u64, u64)) {
+fn by_piece(n: u64, most: u64, mut f: impl FnMut(u64, u64)) {
     let mut done = 0;
     while done < n {
-        let piece = if n - done < PIECE { n - done } else { PIECE };
+        let piece = if n - done < most { n - done } else { most };
         f(done, piece);
         done += piece;
     }
@@ -196,7 +210,8 @@ fn by_piece(n: u64, mut f: impl FnMut(u64, u64)) {
 
 /// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's own are
 /// `src` and `dst`), reducing with `reducer`, between the entry and exit meetings (see the
-/// module docs). Every block takes an even, 16-byte-aligned slice of every move.
+/// module docs). Every block takes an even, 16-byte-aligned slice of every move, and pushes and
+/// reduces it `piece_size` bytes ([`piece_bytes`]) at a time.
 ///
 /// # Safety
 /// The peers' buffers hold what the moves address (every rank checked its own before
@@ -213,6 +228,7 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     src: *const u8,
     dst: *mut u8,
     blocks: u32,
+    piece_size: u64,
     reducer: R,
     smem: *mut u8,
 ) -> Result<(), Left> {
@@ -255,7 +271,7 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                 let from = src.wrapping_add((src_at + at) as usize);
                 // Piece by piece into every rank's output, this rank's first: only the first
                 // copy of a piece reads memory, the others find it in L2.
-                by_piece(n, |done, piece| {
+                by_piece(n, piece_size, |done, piece| {
                     let here = from.wrapping_add(done as usize);
                     for k in 0..world {
                         let q = (me + k) % world;
@@ -285,7 +301,7 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     *s = unsafe { inputs.at(p as u32, src_at + at) };
                 }
                 let out = dst.wrapping_add((dst_at + at) as usize);
-                by_piece(n, |done, piece| {
+                by_piece(n, piece_size, |done, piece| {
                     let mut from = [core::ptr::null::<u8>(); MAX_SOURCES];
                     for (f, s) in from.iter_mut().zip(srcs).take(world as usize) {
                         *f = s.wrapping_add(done as usize);
