@@ -31,20 +31,32 @@ use crate::partition::split_bytes;
 /// The smallest piece (see [`piece_bytes`]).
 pub const MIN_PIECE: u64 = 4 << 10;
 
-/// Bytes a block pushes, or reduces, before it copies them on to the next peers: the plan's
-/// `chunk_bytes` in whole 16-byte units, at least [`MIN_PIECE`]. Small enough that the piece
-/// is still in L2 when the next copies read it back (`blocks × ranks × piece` below the L2),
-/// large enough that every copy keeps the Atom streaming (each Atom call waits for its bytes).
+/// The largest piece (see [`piece_bytes`]): on the H200's virtual node (8 ranks, 16 blocks
+/// each, bf16, 256 MiB) pieces of 64 KiB gave AllGather 0.61 of the roofline, 256 KiB 0.51 and
+/// 1 MiB 0.51, while AllReduce took 0.50 / 0.51 / 0.49 (`benches/RESULTS.md`).
+pub const MAX_PIECE: u64 = 64 << 10;
+
+/// Bytes a block pushes (AllGather), or reduces (AllReduce), before it copies them on to the
+/// next peers: the plan's `chunk_bytes` in whole 16-byte units, within [`MIN_PIECE`] and
+/// [`MAX_PIECE`]. Small enough that the piece is still in L2 when the next copies read it
+/// back, large enough that every copy keeps the Atom streaming (each Atom call waits for its
+/// bytes). A ReduceScatter, which reads nothing twice, reduces a block's whole share at once.
 ///
 /// ```
-/// use purlin_device::snac::symmetric::{MIN_PIECE, piece_bytes};
-/// assert_eq!(piece_bytes(1 << 20), 1 << 20);
-/// assert_eq!(piece_bytes(100_000), 99_984);
+/// use purlin_device::snac::symmetric::{MAX_PIECE, MIN_PIECE, piece_bytes};
+/// assert_eq!(piece_bytes(1 << 20), MAX_PIECE);
+/// assert_eq!(piece_bytes(10_000), 9_984);
 /// assert_eq!(piece_bytes(0), MIN_PIECE);
 /// ```
 pub const fn piece_bytes(chunk_bytes: u64) -> u64 {
     let piece = chunk_bytes & !15;
-    if piece < MIN_PIECE { MIN_PIECE } else { piece }
+    if piece < MIN_PIECE {
+        MIN_PIECE
+    } else if piece > MAX_PIECE {
+        MAX_PIECE
+    } else {
+        piece
+    }
 }
 
 /// One move of one rank in a one-pass call.
@@ -301,7 +313,9 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     *s = unsafe { inputs.at(p as u32, src_at + at) };
                 }
                 let out = dst.wrapping_add((dst_at + at) as usize);
-                by_piece(n, piece_size, |done, piece| {
+                // Only the copies on to the peers read a result again.
+                let most = if everywhere { piece_size } else { n };
+                by_piece(n, most, |done, piece| {
                     let mut from = [core::ptr::null::<u8>(); MAX_SOURCES];
                     for (f, s) in from.iter_mut().zip(srcs).take(world as usize) {
                         *f = s.wrapping_add(done as usize);
