@@ -3,7 +3,7 @@
 //! When a call's buffers are *symmetric* — allocated on every rank together and mapped in
 //! every peer, so that [`SnacArgs::src_peers`] (and for AllReduce [`SnacArgs::dst_peers`])
 //! give every rank's copy — a rank can read its peers' inputs and write their outputs itself.
-//! A collective then describes one rank's share as a few [`Move`]s ([`OnePass`]): *pull* a
+//! A collective then describes one rank's share as a few *moves* (`OnePass`): *pull* a
 //! part of a peer's `src` into this rank's `dst` (AllToAll, AllGather onto ordinary outputs),
 //! *push* this rank's `src` into every rank's `dst` (AllGather onto symmetric outputs: each
 //! input read once), or *reduce* a range of every rank's `src`, in rank order, into this rank's
@@ -11,7 +11,7 @@
 //! AllReduce's copies go piece by piece, so a piece read once serves every peer from L2.
 //!
 //! Two meetings frame the pass. At entry every block waits for every peer's arrival packets
-//! and compares their digests ([`Call::rendezvous`]): a peer that arrived has started its
+//! and compares their digests (`Call::rendezvous`): a peer that arrived has started its
 //! kernel, so what its stream did before (filling `src`, reading the last `dst`) is done, and
 //! its digest names the same buffers ([`SnacArgs::buffers`]). At exit the last block of each
 //! rank posts [`SignalKind::Gather`] (flag `epoch + 1`, inside the call's flags as the
@@ -45,7 +45,7 @@ pub const MAX_PIECE: u64 = 64 << 10;
 /// ```
 /// use purlin_device::snac::symmetric::{MAX_PIECE, MIN_PIECE, piece_bytes};
 /// assert_eq!(piece_bytes(1 << 20), MAX_PIECE);
-/// assert_eq!(piece_bytes(10_000), 9_984);
+/// assert_eq!(piece_bytes(10_007), 10_000);
 /// assert_eq!(piece_bytes(0), MIN_PIECE);
 /// ```
 pub const fn piece_bytes(chunk_bytes: u64) -> u64 {
