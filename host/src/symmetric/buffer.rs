@@ -63,7 +63,8 @@ const TABLE_ALIGN: u64 = 256;
 impl<T> SymmetricBuffer<T> {
     /// Allocates `len` elements on every rank of `ctx`'s communicator through its workspace's
     /// allocator, maps every peer's copy and writes this rank's table of them (on the
-    /// context's stream, before any later collective). A collective call: every rank makes it,
+    /// context's stream, which it then synchronises: the table is there before any kernel on
+    /// any stream reads it). A collective call: every rank makes it,
     /// in the same order relative to its other symmetric allocations, with the same `len`
     /// (a different `len` is [`Error::InvalidArgument`] on every rank). Needs a GPU context
     /// (a host-memory context is [`Error::Unsupported`]: its collectives do not run).
@@ -147,6 +148,8 @@ impl<T> SymmetricBuffer<T> {
                 // allocation, 8-byte aligned, on the stream's GPU (the workspace's).
                 unsafe { cuda::stream_write_u64(&stream, table + 8 * r as u64, *addr)? };
             }
+            // Written before any kernel can read it, whatever stream the context uses later.
+            stream.synchronize()?;
             Ok(())
         })();
         // Every rank registers the buffer, or none: its number must be the same everywhere.
