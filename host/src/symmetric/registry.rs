@@ -93,11 +93,9 @@ impl Registry {
                 }
             }
             // Symmetric outputs: every rank pushes its part into every output (in place too).
-            CollectiveKind::AllGather if self.find(dst).is_some() => {
-                if let Some(d) = self.find(dst) {
-                    args.dst_peers = table(d);
-                    args.buffers = (d.id as u64) << 32;
-                }
+            CollectiveKind::AllGather if let Some(d) = self.find(dst) => {
+                args.dst_peers = table(d);
+                args.buffers = (d.id as u64) << 32;
             }
             // In place on ordinary outputs: nothing to pull from.
             CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {}
