@@ -1,6 +1,7 @@
 //! The Atoms' datapaths on CPU threads (the `arch` host implementation): copy bit-exact, reduce
 //! bit-exact against the f32 rank-order reference and within tolerance of an f64 reference,
-//! every type and operator, edge sizes, fresh random inputs, poisoned outputs.
+//! every type and operator, edge sizes, fresh random inputs, poisoned outputs; one destination
+//! or several (`copy_to_all`, `reduce_to_all`), a destination that is a source (in place).
 
 use purlin::{DataType, ReduceOpKind};
 use purlin_device::atom::{Atom, Host, Sm70, Sm80, Sm90, Sm100};
@@ -12,6 +13,8 @@ use rand::RngExt;
 
 /// Sizes from the issue: empty, one, around a vector, odd, and a large odd size.
 const SIZES: [usize; 7] = [0, 1, 15, 16, 17, 4095, (1 << 20) + 13];
+/// How many destinations a case writes, in turn (one is `copy` / `reduce`).
+const DESTINATIONS: [usize; 4] = [1, 3, 8, 16];
 const OPS: [ReduceOpKind; 4] = [
     ReduceOpKind::Sum,
     ReduceOpKind::Max,
@@ -54,7 +57,7 @@ unsafe impl<T> Send for Shared<T> {}
 unsafe impl<T> Sync for Shared<T> {}
 
 struct RunReduce<A> {
-    dst: *mut u8,
+    dsts: Vec<*mut u8>,
     srcs: Vec<*const u8>,
     count: usize,
     smem: *mut u8,
@@ -66,13 +69,21 @@ impl<A: Atom> TypedVisitor for RunReduce<A> {
     type Output = ();
     fn visit<T: Element, O: ReduceOp>(self) {
         let srcs: Vec<*const T> = self.srcs.iter().map(|p| p.cast()).collect();
-        let args = Shared((self.dst.cast::<T>(), self.smem));
+        let dsts: Vec<*mut T> = self.dsts.iter().map(|p| p.cast()).collect();
+        let smem = Shared(self.smem);
         let srcs = Shared(srcs.as_slice() as *const [*const T]);
+        let dsts = Shared(dsts.as_slice() as *const [*mut T]);
         let (count, threads) = (self.count, self.threads);
         let run = move |coop: Coop| {
-            let (args, srcs) = (args, srcs);
-            // SAFETY: buffers hold `count` elements, are 16-byte aligned; smem is A::SMEM_BYTES.
-            unsafe { A::reduce::<T, O>(coop, args.0.0, &*srcs.0, count, args.0.1) }
+            let (smem, srcs, dsts) = (smem, srcs, dsts);
+            // SAFETY: buffers hold `count` elements, are 16-byte aligned, and the destinations
+            // do not overlap each other; smem is A::SMEM_BYTES.
+            unsafe {
+                match &*dsts.0 {
+                    [dst] => A::reduce::<T, O>(coop, *dst, &*srcs.0, count, smem.0),
+                    all => A::reduce_to_all::<T, O>(coop, all, &*srcs.0, count, smem.0),
+                }
+            }
         };
         run_cooperatively(threads, run);
     }
@@ -97,27 +108,37 @@ fn smem_for<A: Atom>() -> Buffer {
 
 fn check_copy<A: Atom>(threads: u32) {
     let mut rng = fresh_rng(&format!("copy {} x{threads}", A::NAME));
-    for &bytes in &SIZES {
+    for (case, &bytes) in SIZES.iter().enumerate() {
+        let dests = DESTINATIONS[case % DESTINATIONS.len()];
         let src: Vec<u8> = (0..bytes).map(|_| rng.random()).collect();
         let src = Buffer::from_bytes(&src);
-        let mut dst = Buffer::filled(bytes, POISON);
+        let mut dsts: Vec<Buffer> = (0..dests).map(|_| Buffer::filled(bytes, POISON)).collect();
         let mut smem = smem_for::<A>();
+        let to: Vec<*mut u8> = dsts.iter_mut().map(|d| d.0.as_mut_ptr().cast()).collect();
         let p = Shared((
-            dst.0.as_mut_ptr().cast::<u8>(),
+            to.as_slice() as *const [*mut u8],
             src.0.as_ptr().cast::<u8>(),
             smem.0.as_mut_ptr().cast::<u8>(),
         ));
         let run = move |coop: Coop| {
             let p = p;
-            // SAFETY: both buffers hold `bytes` aligned bytes; smem is A::SMEM_BYTES.
-            unsafe { A::copy(coop, p.0.0, p.0.1, bytes, p.0.2) }
+            // SAFETY: every buffer holds `bytes` aligned bytes, none overlaps another; smem is
+            // A::SMEM_BYTES.
+            unsafe {
+                match &*p.0.0 {
+                    [dst] => A::copy(coop, *dst, p.0.1, bytes, p.0.2),
+                    all => A::copy_to_all(coop, all, p.0.1, bytes, p.0.2),
+                }
+            }
         };
         run_cooperatively(threads, run);
-        assert!(
-            dst.bytes() == src.bytes(),
-            "{} copy of {bytes} bytes with {threads} threads differs",
-            A::NAME
-        );
+        for (d, dst) in dsts.iter().enumerate() {
+            assert!(
+                dst.bytes() == src.bytes(),
+                "{} copy of {bytes} bytes with {threads} threads differs in destination {d} of {dests}",
+                A::NAME
+            );
+        }
     }
 }
 
@@ -135,16 +156,32 @@ fn check_reduce<A: Atom>(threads: u32, dtypes: &[DataType], ops: &[ReduceOpKind]
                     source_counts[case % source_counts.len()]
                 };
                 case += 1;
-                let inputs: Vec<Buffer> = (0..n)
+                let dests = DESTINATIONS[(case / 2) % DESTINATIONS.len()];
+                // Every third case writes its result over source 0 (in place) as well.
+                let in_place = case % 3 == 0;
+                let mut inputs: Vec<Buffer> = (0..n)
                     .map(|_| Buffer::from_bytes(&random_elements(&mut rng, dtype, op, count)))
                     .collect();
-                let mut dst = Buffer::filled(count * dtype.size(), POISON);
+                let originals: Vec<Buffer> = inputs
+                    .iter()
+                    .map(|b| Buffer::from_bytes(b.bytes()))
+                    .collect();
+                let mut outputs: Vec<Buffer> = (0..dests - usize::from(in_place))
+                    .map(|_| Buffer::filled(count * dtype.size(), POISON))
+                    .collect();
+                let mut dsts: Vec<*mut u8> = outputs
+                    .iter_mut()
+                    .map(|d| d.0.as_mut_ptr().cast())
+                    .collect();
+                if in_place {
+                    dsts.push(inputs[0].0.as_mut_ptr().cast());
+                }
                 let mut smem = smem_for::<A>();
                 dispatch(
                     dtype,
                     op,
                     RunReduce::<A> {
-                        dst: dst.0.as_mut_ptr().cast(),
+                        dsts,
                         srcs: inputs.iter().map(|b| b.0.as_ptr().cast()).collect(),
                         count,
                         smem: smem.0.as_mut_ptr().cast(),
@@ -152,22 +189,27 @@ fn check_reduce<A: Atom>(threads: u32, dtypes: &[DataType], ops: &[ReduceOpKind]
                         atom: core::marker::PhantomData,
                     },
                 );
-                let srcs: Vec<&[u8]> = inputs.iter().map(|b| b.bytes()).collect();
+                let srcs: Vec<&[u8]> = originals.iter().map(|b| b.bytes()).collect();
                 let what = format!(
-                    "{} x{threads} {} {} count {count} sources {n}",
+                    "{} x{threads} {} {} count {count} sources {n} destinations {dests}{}",
                     A::NAME,
                     dtype.name(),
-                    op.name()
+                    op.name(),
+                    if in_place { " (one in place)" } else { "" }
                 );
-                assert!(
-                    dst.bytes() == reference_f32(dtype, op, &srcs).as_slice(),
-                    "{what}: differs from the f32 rank-order reference"
-                );
-                let wrong = count_wrong_f64(dtype, op, &srcs, dst.bytes());
-                assert_eq!(
-                    wrong, 0,
-                    "{what}: {wrong} elements outside the f64 tolerance"
-                );
+                let want = reference_f32(dtype, op, &srcs);
+                let written = outputs.iter().chain(in_place.then_some(&inputs[0]));
+                for (d, dst) in written.enumerate() {
+                    assert!(
+                        dst.bytes() == want.as_slice(),
+                        "{what}: destination {d} differs from the f32 rank-order reference"
+                    );
+                    let wrong = count_wrong_f64(dtype, op, &srcs, dst.bytes());
+                    assert_eq!(
+                        wrong, 0,
+                        "{what}: {wrong} elements of destination {d} outside the f64 tolerance"
+                    );
+                }
             }
         }
     }

@@ -39,8 +39,9 @@ use crate::element::Element;
 use crate::op::ReduceOp;
 
 /// Implements [`Atom`] for an architecture's type: its name, block size and shared memory,
-/// and the datapath functions its `copy` and `reduce` forward to (the bodies name the
-/// parameters they use and the element and operator types `T` and `O`).
+/// and the datapath functions its `copy_to_all` and `reduce_to_all` forward to (the bodies
+/// name the parameters they use and the element and operator types `T` and `O`). The
+/// one-destination `copy` and `reduce` are those with one destination.
 macro_rules! atom {
     (
         $(#[$meta:meta])*
@@ -49,9 +50,9 @@ macro_rules! atom {
             $(#[$threads_meta:meta])*
             threads: $threads:expr,
             smem: $smem:expr,
-            copy($coop:ident, $dst:ident, $src:ident, $bytes:ident, $csmem:ident) => $copy:expr,
-            reduce<$t:ident, $o:ident>(
-                $rcoop:ident, $rdst:ident, $srcs:ident, $count:ident, $rsmem:ident
+            copy_to_all($coop:ident, $dsts:ident, $src:ident, $bytes:ident, $csmem:ident) => $copy:expr,
+            reduce_to_all<$t:ident, $o:ident>(
+                $rcoop:ident, $rdsts:ident, $srcs:ident, $count:ident, $rsmem:ident
             ) => $reduce:expr $(,)?
         }
     ) => {
@@ -64,8 +65,32 @@ macro_rules! atom {
 
             #[inline(always)]
             unsafe fn copy(
+                coop: $crate::coop::Coop,
+                dst: *mut u8,
+                src: *const u8,
+                bytes: usize,
+                smem: *mut u8,
+            ) {
+                // SAFETY: forwarded contract, one destination.
+                unsafe { Self::copy_to_all(coop, &[dst], src, bytes, smem) }
+            }
+
+            #[inline(always)]
+            unsafe fn reduce<T: $crate::element::Element, O: $crate::op::ReduceOp>(
+                coop: $crate::coop::Coop,
+                dst: *mut T,
+                srcs: &[*const T],
+                count: usize,
+                smem: *mut u8,
+            ) {
+                // SAFETY: forwarded contract, one destination.
+                unsafe { Self::reduce_to_all::<T, O>(coop, &[dst], srcs, count, smem) }
+            }
+
+            #[inline(always)]
+            unsafe fn copy_to_all(
                 $coop: $crate::coop::Coop,
-                $dst: *mut u8,
+                $dsts: &[*mut u8],
                 $src: *const u8,
                 $bytes: usize,
                 $csmem: *mut u8,
@@ -75,9 +100,9 @@ macro_rules! atom {
             }
 
             #[inline(always)]
-            unsafe fn reduce<$t: $crate::element::Element, $o: $crate::op::ReduceOp>(
+            unsafe fn reduce_to_all<$t: $crate::element::Element, $o: $crate::op::ReduceOp>(
                 $rcoop: $crate::coop::Coop,
-                $rdst: *mut $t,
+                $rdsts: &[*mut $t],
                 $srcs: &[*const $t],
                 $count: usize,
                 $rsmem: *mut u8,
@@ -143,6 +168,10 @@ for_each_arch!(atom_modules);
 /// The most sources one reduce takes (the most ranks Purlin supports).
 pub const MAX_SOURCES: usize = 16;
 
+/// The most destinations one [`Atom::copy_to_all`] or [`Atom::reduce_to_all`] writes (one per
+/// rank).
+pub const MAX_DESTINATIONS: usize = MAX_SOURCES;
+
 /// How one architecture copies and reduces.
 pub trait Atom {
     /// Short name (`sm70`, `sm80`, ...).
@@ -171,6 +200,60 @@ pub trait Atom {
         count: usize,
         smem: *mut u8,
     );
+
+    /// Copies `bytes` bytes from `src` to every range of `dsts`: each byte is read once and
+    /// stored `dsts.len()` times (an AllGather pushing its part into every rank's output).
+    /// Provided: the register datapath, which needs no shared memory; Purlin's Atoms use
+    /// their own.
+    ///
+    /// ```
+    /// use purlin_device::atom::{Atom, Host};
+    /// use purlin_device::coop::Coop;
+    /// #[repr(align(16))]
+    /// struct Aligned([u8; 40]);
+    /// let src = Aligned([7; 40]);
+    /// let (mut a, mut b) = (Aligned([0; 40]), Aligned([0; 40]));
+    /// // SAFETY: the three buffers hold 40 aligned bytes each and do not overlap.
+    /// unsafe {
+    ///     Host::copy_to_all(Coop::block(), &[a.0.as_mut_ptr(), b.0.as_mut_ptr()], src.0.as_ptr(), 40, core::ptr::null_mut())
+    /// };
+    /// assert_eq!((a.0, b.0), ([7; 40], [7; 40]));
+    /// ```
+    ///
+    /// # Safety
+    /// See the module contract; `1 <= dsts.len() <= MAX_DESTINATIONS`; `src` and every
+    /// destination are valid for `bytes`, and no two of them overlap.
+    #[inline(always)]
+    unsafe fn copy_to_all(
+        coop: Coop,
+        dsts: &[*mut u8],
+        src: *const u8,
+        bytes: usize,
+        _smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract; the register datapath needs no shared memory.
+        unsafe { register::copy_to_all(coop, dsts, src, bytes) }
+    }
+
+    /// [`Atom::reduce`] stored into every range of `dsts` (an AllReduce storing its shard into
+    /// every rank's output): the sources are read once. Any destination may equal one of the
+    /// sources (each element of every source is read before that element of any destination is
+    /// written). Provided: the register datapath; Purlin's Atoms use their own.
+    ///
+    /// # Safety
+    /// As [`Atom::reduce`]; `1 <= dsts.len() <= MAX_DESTINATIONS`, every destination is valid
+    /// for `count` elements and no two destinations overlap.
+    #[inline(always)]
+    unsafe fn reduce_to_all<T: Element, O: ReduceOp>(
+        coop: Coop,
+        dsts: &[*mut T],
+        srcs: &[*const T],
+        count: usize,
+        _smem: *mut u8,
+    ) {
+        // SAFETY: forwarded contract; the register datapath needs no shared memory.
+        unsafe { register::reduce_to_all::<T, O>(coop, dsts, srcs, count) }
+    }
 }
 
 /// [`Native`] on the GPU: the newest architecture whose target feature the build has.
@@ -197,14 +280,15 @@ for_each_arch!(native_atom);
 #[cfg(not(target_arch = "nvptx64"))]
 pub type Native = Host;
 
-/// One element at a time, for the elements after the last whole vector.
+/// One element at a time, for the elements after the last whole vector, into every
+/// destination.
 ///
 /// # Safety
-/// As [`Atom::reduce`], for elements `from..to`.
+/// As [`Atom::reduce_to_all`], for elements `from..to`.
 #[inline(always)]
 pub(crate) unsafe fn reduce_scalar<T: Element, O: ReduceOp>(
     coop: Coop,
-    dst: *mut T,
+    dsts: &[*mut T],
     srcs: &[*const T],
     from: usize,
     to: usize,
@@ -217,22 +301,36 @@ pub(crate) unsafe fn reduce_scalar<T: Element, O: ReduceOp>(
             for src in &srcs[1..] {
                 acc = O::combine(acc, src.add(i).read().to_f32());
             }
-            dst.add(i).write(T::from_f32(acc));
+            let value = T::from_f32(acc);
+            for dst in dsts {
+                dst.add(i).write(value);
+            }
         }
         i += coop.size as usize;
     }
 }
 
-/// One byte at a time, for the bytes after the last whole vector.
+/// One byte at a time, for the bytes after the last whole vector, into every destination.
 ///
 /// # Safety
-/// As [`Atom::copy`], for bytes `from..to`.
+/// As [`Atom::copy_to_all`], for bytes `from..to`.
 #[inline(always)]
-pub(crate) unsafe fn copy_bytes(coop: Coop, dst: *mut u8, src: *const u8, from: usize, to: usize) {
+pub(crate) unsafe fn copy_bytes(
+    coop: Coop,
+    dsts: &[*mut u8],
+    src: *const u8,
+    from: usize,
+    to: usize,
+) {
     let mut i = from + coop.index as usize;
     while i < to {
-        // SAFETY: `i < to <= bytes`; the caller guarantees both pointers for `bytes`.
-        unsafe { dst.add(i).write(src.add(i).read()) };
+        // SAFETY: `i < to <= bytes`; the caller guarantees every pointer for `bytes`.
+        unsafe {
+            let byte = src.add(i).read();
+            for dst in dsts {
+                dst.add(i).write(byte);
+            }
+        }
         i += coop.size as usize;
     }
 }

@@ -20,14 +20,14 @@ const _: () = assert!(
     "copy() names one register per vector: seq!(K in 0..8)"
 );
 
-/// Copies the whole 16-byte vectors of `bytes`, [`COPY_UNROLL`] per thread in flight, then the
-/// tail bytes.
+/// Copies the whole 16-byte vectors of `bytes` into every destination, [`COPY_UNROLL`] per
+/// thread in flight, then the tail bytes.
 ///
 /// # Safety
-/// As [`Atom::copy`].
+/// As [`Atom::copy_to_all`].
 #[inline(always)]
-pub(crate) unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize) {
-    let (dst_v, src_v) = (dst as *mut u128, src as *const u128);
+pub(crate) unsafe fn copy_to_all(coop: Coop, dsts: &[*mut u8], src: *const u8, bytes: usize) {
+    let src_v = src as *const u128;
     let vectors = bytes / 16;
     let stride = coop.size as usize;
     let step = stride * COPY_UNROLL;
@@ -37,34 +37,42 @@ pub(crate) unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize
         // Unrolled by hand (seq!) so the vectors stay in registers: LLVM does not fully unroll
         // loops whose bodies are this large.
         seq!(K in 0..8 {
-            // SAFETY: `base + K * stride < full <= vectors`, in bounds of both buffers.
+            // SAFETY: `base + K * stride < full <= vectors`, in bounds of every buffer.
             let r~K = unsafe { arch::ld_v128(src_v.add(base + K * stride)) };
         });
-        seq!(K in 0..8 {
-            // SAFETY: as above.
-            unsafe { arch::st_v128(dst_v.add(base + K * stride), r~K) };
-        });
+        for dst in dsts {
+            let dst_v = *dst as *mut u128;
+            seq!(K in 0..8 {
+                // SAFETY: as above.
+                unsafe { arch::st_v128(dst_v.add(base + K * stride), r~K) };
+            });
+        }
         base += step;
     }
     let mut v = full + coop.index as usize;
     while v < vectors {
         // SAFETY: `v < vectors`.
-        unsafe { arch::st_v128(dst_v.add(v), arch::ld_v128(src_v.add(v))) };
+        let r = unsafe { arch::ld_v128(src_v.add(v)) };
+        for dst in dsts {
+            // SAFETY: `v < vectors`.
+            unsafe { arch::st_v128((*dst as *mut u128).add(v), r) };
+        }
         v += stride;
     }
     // SAFETY: the tail lies within `bytes`.
-    unsafe { copy_bytes(coop, dst, src, vectors * 16, bytes) };
+    unsafe { copy_bytes(coop, dsts, src, vectors * 16, bytes) };
 }
 
-/// Reduces the whole vectors of `count` elements, then the tail, with as many loads in flight
-/// per thread as the registers of a 512-thread block allow (see the choice below).
+/// Reduces the whole vectors of `count` elements into every destination, then the tail, with
+/// as many loads in flight per thread as the registers of a 512-thread block allow (see the
+/// choice below).
 ///
 /// # Safety
-/// As [`Atom::reduce`].
+/// As [`Atom::reduce_to_all`].
 #[inline(always)]
-pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
+pub(crate) unsafe fn reduce_to_all<T: Element, O: ReduceOp>(
     coop: Coop,
-    dst: *mut T,
+    dsts: &[*mut T],
     srcs: &[*const T],
     count: usize,
 ) {
@@ -76,14 +84,13 @@ pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
     use crate::element::DataType;
     // SAFETY (all arms): forwarded contract.
     let full = match T::DTYPE {
-        DataType::F32 => unsafe { reduce_vectors_by_4::<T, O, 4>(coop, dst, srcs, vectors) },
-        DataType::Bf16 => unsafe { reduce_vectors_by_4::<T, O, 2>(coop, dst, srcs, vectors) },
-        DataType::F16 => unsafe { reduce_vectors_by_4::<T, O, 1>(coop, dst, srcs, vectors) },
+        DataType::F32 => unsafe { reduce_vectors_by_4::<T, O, 4>(coop, dsts, srcs, vectors) },
+        DataType::Bf16 => unsafe { reduce_vectors_by_4::<T, O, 2>(coop, dsts, srcs, vectors) },
+        DataType::F16 => unsafe { reduce_vectors_by_4::<T, O, 1>(coop, dsts, srcs, vectors) },
         DataType::E4m3 | DataType::E5m2 => unsafe {
-            reduce_vectors_by_2::<T, O, 1>(coop, dst, srcs, vectors)
+            reduce_vectors_by_2::<T, O, 1>(coop, dsts, srcs, vectors)
         },
     };
-    let dst_v = dst as *mut u128;
     let mut v = full + coop.index as usize;
     while v < vectors {
         // SAFETY: `v < vectors`.
@@ -94,17 +101,21 @@ pub(crate) unsafe fn reduce<T: Element, O: ReduceOp>(
                 arch::ld_v128((*src as *const u128).add(v))
             });
         }
-        // SAFETY: `v < vectors`.
-        unsafe { arch::st_v128(dst_v.add(v), T::pack(acc)) };
+        let packed = T::pack(acc);
+        for dst in dsts {
+            // SAFETY: `v < vectors`.
+            unsafe { arch::st_v128((*dst as *mut u128).add(v), packed) };
+        }
         v += coop.size as usize;
     }
     // SAFETY: the tail lies within `count`.
-    unsafe { reduce_scalar::<T, O>(coop, dst, srcs, vectors * T::LANES, count) };
+    unsafe { reduce_scalar::<T, O>(coop, dsts, srcs, vectors * T::LANES, count) };
 }
 
 macro_rules! reduce_vectors {
     ($name:ident, $unroll:literal) => {
-        /// Reduces whole groups of `$unroll` vectors per thread; returns the vectors covered.
+        /// Reduces whole groups of `$unroll` vectors per thread into every destination; returns
+        /// the vectors covered.
         /// Sources are loaded `BATCH` (1, 2 or 4) at a time, so `BATCH × $unroll` loads are in
         /// flight per thread before the first is used.
         ///
@@ -113,19 +124,18 @@ macro_rules! reduce_vectors {
         #[inline(always)]
         unsafe fn $name<T: Element, O: ReduceOp, const BATCH: usize>(
             coop: Coop,
-            dst: *mut T,
+            dsts: &[*mut T],
             srcs: &[*const T],
             vectors: usize,
         ) -> usize {
             let stride = coop.size as usize;
             let step = stride * $unroll;
             let full = vectors - vectors % step;
-            let dst_v = dst as *mut u128;
             let first = srcs[0] as *const u128;
             let n = srcs.len();
             let mut base = coop.index as usize;
             // SAFETY (every load and store below): `base + K * stride < full <= vectors`, and
-            // every source and `dst` hold `vectors` vectors.
+            // every source and destination holds `vectors` vectors.
             while base < full {
                 // Named registers (seq!) rather than arrays: LLVM does not fully unroll loops
                 // with bodies this large, and an array indexed in a loop goes to local memory.
@@ -178,8 +188,14 @@ macro_rules! reduce_vectors {
                     s += 1;
                 }
                 seq!(K in 0..$unroll {
-                    unsafe { arch::st_v128(dst_v.add(base + K * stride), T::pack(acc~K)) };
+                    let packed~K = T::pack(acc~K);
                 });
+                for dst in dsts {
+                    let dst_v = *dst as *mut u128;
+                    seq!(K in 0..$unroll {
+                        unsafe { arch::st_v128(dst_v.add(base + K * stride), packed~K) };
+                    });
+                }
                 base += step;
             }
             full
@@ -211,7 +227,9 @@ atom! {
         /// the CPU emulation runs (`emulation::MAX_THREADS`).
         threads: 64,
         smem: 0,
-        copy(coop, dst, src, bytes, _smem) => copy(coop, dst, src, bytes),
-        reduce<T, O>(coop, dst, srcs, count, _smem) => reduce::<T, O>(coop, dst, srcs, count),
+        copy_to_all(coop, dsts, src, bytes, _smem) => copy_to_all(coop, dsts, src, bytes),
+        reduce_to_all<T, O>(coop, dsts, srcs, count, _smem) => {
+            reduce_to_all::<T, O>(coop, dsts, srcs, count)
+        },
     }
 }

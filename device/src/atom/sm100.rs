@@ -12,9 +12,9 @@ atom! {
         name: "sm100",
         threads: Sm90::THREADS,
         smem: Sm90::SMEM_BYTES,
-        copy(coop, dst, src, bytes, smem) => hopper_copy(coop, dst, src, bytes, smem),
-        reduce<T, O>(coop, dst, srcs, count, smem) => {
-            ring_reduce::<T, O>(coop, dst, srcs, count, smem)
+        copy_to_all(coop, dsts, src, bytes, smem) => hopper_copy(coop, dsts, src, bytes, smem),
+        reduce_to_all<T, O>(coop, dsts, srcs, count, smem) => {
+            ring_reduce::<T, O>(coop, dsts, srcs, count, smem)
         },
     }
 }

@@ -12,9 +12,9 @@ atom! {
         name: "sm70",
         threads: 512,
         smem: 0,
-        copy(coop, dst, src, bytes, _smem) => register::copy(coop, dst, src, bytes),
-        reduce<T, O>(coop, dst, srcs, count, _smem) => {
-            register::reduce::<T, O>(coop, dst, srcs, count)
+        copy_to_all(coop, dsts, src, bytes, _smem) => register::copy_to_all(coop, dsts, src, bytes),
+        reduce_to_all<T, O>(coop, dsts, srcs, count, _smem) => {
+            register::reduce_to_all::<T, O>(coop, dsts, srcs, count)
         },
     }
 }

@@ -96,14 +96,14 @@ impl Ring {
     }
 }
 
-/// Copies through the ring.
+/// Copies through the ring into every destination (each vector loaded once).
 ///
 /// # Safety
-/// As [`Atom::copy`], with `smem` holding `ring_bytes` of the block's threads.
+/// As [`Atom::copy_to_all`], with `smem` holding `ring_bytes` of the block's threads.
 #[inline(always)]
 pub(crate) unsafe fn ring_copy(
     coop: Coop,
-    dst: *mut u8,
+    dsts: &[*mut u8],
     src: *const u8,
     bytes: usize,
     smem: *mut u8,
@@ -123,13 +123,12 @@ pub(crate) unsafe fn ring_copy(
         let stage = g % STAGES;
         for k in 0..VECTORS_PER_STAGE {
             if let Some(v) = ring.vector(g, k) {
-                // SAFETY: the slot is this thread's and its copy completed; `v < vectors`.
-                unsafe {
-                    arch::st_v128(
-                        (dst as *mut u128).add(v),
-                        arch::ld_shared_v128(ring.slot(stage, k) as *const u128),
-                    )
-                };
+                // SAFETY: the slot is this thread's and its copy completed.
+                let r = unsafe { arch::ld_shared_v128(ring.slot(stage, k) as *const u128) };
+                for dst in dsts {
+                    // SAFETY: `v < vectors`.
+                    unsafe { arch::st_v128((*dst as *mut u128).add(v), r) };
+                }
             }
         }
         if g + STAGES < groups {
@@ -140,18 +139,18 @@ pub(crate) unsafe fn ring_copy(
     }
     arch::cp_async_wait::<0>();
     // SAFETY: the tail lies within `bytes`.
-    unsafe { copy_bytes(coop, dst, src, ring.vectors * 16, bytes) };
+    unsafe { copy_bytes(coop, dsts, src, ring.vectors * 16, bytes) };
 }
 
-/// Reduces through the ring: stage `q` holds group `q / n` of source `q % n`, so the ring stays
-/// full whatever the number of sources.
+/// Reduces through the ring into every destination: stage `q` holds group `q / n` of source
+/// `q % n`, so the ring stays full whatever the number of sources.
 ///
 /// # Safety
-/// As [`Atom::reduce`], with `smem` holding `ring_bytes` of the block's threads.
+/// As [`Atom::reduce_to_all`], with `smem` holding `ring_bytes` of the block's threads.
 #[inline(always)]
 pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
     coop: Coop,
-    dst: *mut T,
+    dsts: &[*mut T],
     srcs: &[*const T],
     count: usize,
     smem: *mut u8,
@@ -190,8 +189,11 @@ pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
         if source + 1 == n {
             seq!(K in 0..2 {
                 if let Some(v) = ring.vector(group, K) {
-                    // SAFETY: `v < vectors`.
-                    unsafe { arch::st_v128((dst as *mut u128).add(v), T::pack(acc~K)) };
+                    let packed = T::pack(acc~K);
+                    for dst in dsts {
+                        // SAFETY: `v < vectors`.
+                        unsafe { arch::st_v128((*dst as *mut u128).add(v), packed) };
+                    }
                 }
             });
         }
@@ -205,7 +207,7 @@ pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
     }
     arch::cp_async_wait::<0>();
     // SAFETY: the tail lies within `count`.
-    unsafe { reduce_scalar::<T, O>(coop, dst, srcs, ring.vectors * T::LANES, count) };
+    unsafe { reduce_scalar::<T, O>(coop, dsts, srcs, ring.vectors * T::LANES, count) };
 }
 
 impl Ring {
@@ -244,9 +246,9 @@ atom! {
         name: "sm80",
         threads: 256,
         smem: ring_bytes(Self::THREADS),
-        copy(coop, dst, src, bytes, smem) => ring_copy(coop, dst, src, bytes, smem),
-        reduce<T, O>(coop, dst, srcs, count, smem) => {
-            ring_reduce::<T, O>(coop, dst, srcs, count, smem)
+        copy_to_all(coop, dsts, src, bytes, smem) => ring_copy(coop, dsts, src, bytes, smem),
+        reduce_to_all<T, O>(coop, dsts, srcs, count, smem) => {
+            ring_reduce::<T, O>(coop, dsts, srcs, count, smem)
         },
     }
 }

@@ -41,15 +41,16 @@ unsafe fn wait_bounded(bar: *mut u64, parity: u32) {
     }
 }
 
-/// Copies this block's chunks of `bytes` (a multiple of 16) with the bulk engine: chunks
+/// Copies this block's chunks of `bytes` (a multiple of 16) with the bulk engine into every
+/// destination (each chunk loaded once, stored once per destination): chunks
 /// `block, block + blocks, …` when `blocks` blocks share the range. Run by one thread per block.
 ///
 /// # Safety
-/// `dst`/`src` valid and 16-byte aligned for `bytes`; `smem` holds `SMEM_BYTES` of shared
-/// memory no other thread touches during the call.
+/// `src` and every destination valid and 16-byte aligned for `bytes`; `smem` holds
+/// `SMEM_BYTES` of shared memory no other thread touches during the call.
 #[inline(always)]
 unsafe fn bulk_copy(
-    dst: *mut u8,
+    dsts: &[*mut u8],
     src: *const u8,
     bytes: usize,
     smem: *mut u8,
@@ -90,7 +91,11 @@ unsafe fn bulk_copy(
             let stage = c % BULK_STAGES;
             let parity = ((c / BULK_STAGES) & 1) as u32;
             wait_bounded(barrier(stage), parity);
-            arch::bulk_store(dst.add(at(c)), smem.add(stage * CHUNK), len(c));
+            // One bulk group per chunk, however many destinations: the refill below waits for
+            // the stores of the chunk before this one to have read their stage.
+            for dst in dsts {
+                arch::bulk_store(dst.add(at(c)), smem.add(stage * CHUNK), len(c));
+            }
             arch::bulk_commit();
             // Once the store before this one has read its stage, refill that stage.
             if c >= 1 && c - 1 + BULK_STAGES < chunks {
@@ -106,14 +111,15 @@ unsafe fn bulk_copy(
     }
 }
 
-/// The Hopper copy: bulk engine for large whole-block copies, else the ring.
+/// The Hopper copy into every destination: bulk engine for large whole-block copies, else
+/// the ring.
 ///
 /// # Safety
-/// As [`Atom::copy`] with `Sm90::SMEM_BYTES` of shared memory.
+/// As [`Atom::copy_to_all`] with `Sm90::SMEM_BYTES` of shared memory.
 #[inline(always)]
 pub(crate) unsafe fn hopper_copy(
     coop: Coop,
-    dst: *mut u8,
+    dsts: &[*mut u8],
     src: *const u8,
     bytes: usize,
     smem: *mut u8,
@@ -127,7 +133,7 @@ pub(crate) unsafe fn hopper_copy(
             // barrier.
             unsafe {
                 bulk_copy(
-                    dst,
+                    dsts,
                     src,
                     whole,
                     smem,
@@ -140,12 +146,12 @@ pub(crate) unsafe fn hopper_copy(
         // tail bytes.
         if coop.index + 1 == coop.size {
             // SAFETY: the tail lies within `bytes`.
-            unsafe { copy_bytes(Coop::new(0, 1), dst, src, whole, bytes) };
+            unsafe { copy_bytes(Coop::new(0, 1), dsts, src, whole, bytes) };
         }
         arch::sync_block();
     } else {
         // SAFETY: forwarded contract.
-        unsafe { ring_copy(coop, dst, src, bytes, smem) }
+        unsafe { ring_copy(coop, dsts, src, bytes, smem) }
     }
 }
 
@@ -162,9 +168,9 @@ atom! {
             let bulk = (BARRIERS_AT + BULK_STAGES * 8) as u32;
             if ring > bulk { ring } else { bulk }
         },
-        copy(coop, dst, src, bytes, smem) => hopper_copy(coop, dst, src, bytes, smem),
-        reduce<T, O>(coop, dst, srcs, count, smem) => {
-            ring_reduce::<T, O>(coop, dst, srcs, count, smem)
+        copy_to_all(coop, dsts, src, bytes, smem) => hopper_copy(coop, dsts, src, bytes, smem),
+        reduce_to_all<T, O>(coop, dsts, srcs, count, smem) => {
+            ring_reduce::<T, O>(coop, dsts, srcs, count, smem)
         },
     }
 }

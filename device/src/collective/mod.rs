@@ -643,7 +643,7 @@ unsafe fn local_reduce<A: Atom, C: Config, R: Reducer>(
     unsafe {
         reducer.reduce::<A>(
             Coop::block(),
-            dst.add(offset),
+            &[dst.add(offset)],
             &[src.add(offset)],
             n as u64,
             args.smem,
@@ -725,7 +725,6 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
                 args.src,
                 args.dst,
                 args.blocks,
-                symmetric::piece_bytes(plan.chunk_bytes),
                 reducer,
                 args.smem,
             )

@@ -491,7 +491,7 @@ impl Slots {
         unsafe {
             reducer.reduce::<A>(
                 Coop::block(),
-                out,
+                &[out],
                 &srcs[..call.world() as usize],
                 len as u64,
                 self.smem,

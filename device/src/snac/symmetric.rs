@@ -7,8 +7,8 @@
 //! part of a peer's `src` into this rank's `dst` (AllToAll, AllGather onto ordinary outputs),
 //! *push* this rank's `src` into every rank's `dst` (AllGather onto symmetric outputs: each
 //! input read once), or *reduce* a range of every rank's `src`, in rank order, into this rank's
-//! `dst` (ReduceScatter) or into every rank's (AllReduce, each rank its own shard). Pushes and
-//! AllReduce's copies go piece by piece, so a piece read once serves every peer from L2.
+//! `dst` (ReduceScatter) or into every rank's (AllReduce, each rank its own shard). A push, and
+//! an AllReduce's reduction, loads each byte once and stores it into every rank's output.
 //!
 //! Two meetings frame the pass. At entry every block waits for every peer's arrival packets
 //! and compares their digests (`Call::rendezvous`): a peer that arrived has started its
@@ -24,40 +24,9 @@ use super::epoch;
 use super::fault::{CollectiveKind, Refusal, SignalKind};
 use super::sync::{Call, Counter, Left, Ranks};
 use super::transfer::{self, Reducer};
-use crate::atom::{Atom, MAX_SOURCES};
+use crate::atom::{Atom, MAX_DESTINATIONS, MAX_SOURCES};
 use crate::coop::Coop;
 use crate::partition::split_bytes;
-
-/// The smallest piece (see [`piece_bytes`]).
-pub const MIN_PIECE: u64 = 4 << 10;
-
-/// The largest piece (see [`piece_bytes`]): on the H200's virtual node (8 ranks, 16 blocks
-/// each, bf16, 256 MiB) pieces of 64 KiB gave AllGather 0.61 of the roofline, 256 KiB 0.51 and
-/// 1 MiB 0.51, while AllReduce took 0.50 / 0.51 / 0.49 (`benches/RESULTS.md`).
-pub const MAX_PIECE: u64 = 64 << 10;
-
-/// Bytes a block pushes (AllGather), or reduces (AllReduce), before it copies them on to the
-/// next peers: the plan's `chunk_bytes` in whole 16-byte units, within [`MIN_PIECE`] and
-/// [`MAX_PIECE`]. Small enough that the piece is still in L2 when the next copies read it
-/// back, large enough that every copy keeps the Atom streaming (each Atom call waits for its
-/// bytes). A ReduceScatter, which reads nothing twice, reduces a block's whole share at once.
-///
-/// ```
-/// use purlin_device::snac::symmetric::{MAX_PIECE, MIN_PIECE, piece_bytes};
-/// assert_eq!(piece_bytes(1 << 20), MAX_PIECE);
-/// assert_eq!(piece_bytes(10_007), 10_000);
-/// assert_eq!(piece_bytes(0), MIN_PIECE);
-/// ```
-pub const fn piece_bytes(chunk_bytes: u64) -> u64 {
-    let piece = chunk_bytes & !15;
-    if piece < MIN_PIECE {
-        MIN_PIECE
-    } else if piece > MAX_PIECE {
-        MAX_PIECE
-    } else {
-        piece
-    }
-}
 
 /// One move of one rank in a one-pass call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,21 +178,11 @@ impl Symmetric {
     }
 }
 
-/// Runs `f(done, piece)` over `n` bytes in pieces of at most `most` bytes.
-#[inline(always)]
-fn by_piece(n: u64, most: u64, mut f: impl FnMut(u64, u64)) {
-    let mut done = 0;
-    while done < n {
-        let piece = if n - done < most { n - done } else { most };
-        f(done, piece);
-        done += piece;
-    }
-}
-
 /// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's own are
 /// `src` and `dst`), reducing with `reducer`, between the entry and exit meetings (see the
-/// module docs). Every block takes an even, 16-byte-aligned slice of every move, and pushes and
-/// reduces it `piece_size` bytes ([`piece_bytes`]) at a time.
+/// module docs). Every block takes an even, 16-byte-aligned slice of every move; a push or a
+/// reduction `everywhere` loads each byte once and stores it into every rank's output
+/// ([`Atom::copy_to_all`], [`Atom::reduce_to_all`]).
 ///
 /// # Safety
 /// The peers' buffers hold what the moves address (every rank checked its own before
@@ -240,7 +199,6 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     src: *const u8,
     dst: *mut u8,
     blocks: u32,
-    piece_size: u64,
     reducer: R,
     smem: *mut u8,
 ) -> Result<(), Left> {
@@ -250,6 +208,22 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
         let (at, n) = split_bytes(len as usize, 16, blocks as usize, call.block as usize);
         (at as u64, n as u64)
     };
+    // Every rank's copy of byte `at` of `peers`' range, this rank's first (so that the ranks
+    // start on different peers), leaving out `except` (the in-place AllGather's own part);
+    // returns how many.
+    let every_rank =
+        |peers: Peers, at: u64, except: *const u8, out: &mut [*mut u8; MAX_DESTINATIONS]| {
+            let mut n = 0;
+            for k in 0..world {
+                // SAFETY: `(me + k) % world < world`.
+                let to = unsafe { peers.at((me + k) % world, at) };
+                if !core::ptr::eq(to, except) {
+                    out[n] = to;
+                    n += 1;
+                }
+            }
+            n
+        };
     let writes = sym.writes_peers();
     for j in 0..moves.moves(writes) {
         match moves.pass(j, writes) {
@@ -281,22 +255,19 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     continue;
                 };
                 let from = src.wrapping_add((src_at + at) as usize);
-                // Piece by piece into every rank's output, this rank's first: only the first
-                // copy of a piece reads memory, the others find it in L2.
-                by_piece(n, piece_size, |done, piece| {
-                    let here = from.wrapping_add(done as usize);
-                    for k in 0..world {
-                        let q = (me + k) % world;
-                        // SAFETY: `q < world`; the range lies inside this rank's `src` and
-                        // inside rank q's `dst`, alike on every rank.
-                        unsafe {
-                            let to = peers.at(q, dst_at + at + done);
-                            if !core::ptr::eq(here, to) {
-                                transfer::copy::<A>(Coop::block(), to, here, piece as usize, smem);
-                            }
-                        }
-                    }
-                });
+                let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
+                let count = every_rank(peers, dst_at + at, from, &mut outputs);
+                // SAFETY: the slice lies inside this rank's `src` and inside every rank's
+                // `dst`, alike on every rank; no output is the input (left out above).
+                unsafe {
+                    transfer::copy_to_all::<A>(
+                        Coop::block(),
+                        &outputs[..count],
+                        from,
+                        n as usize,
+                        smem,
+                    )
+                };
             }
             Move::Reduce {
                 src_at,
@@ -312,48 +283,28 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     // SAFETY: `p < world`.
                     *s = unsafe { inputs.at(p as u32, src_at + at) };
                 }
-                let out = dst.wrapping_add((dst_at + at) as usize);
-                // Only the copies on to the peers read a result again.
-                let most = if everywhere { piece_size } else { n };
-                by_piece(n, most, |done, piece| {
-                    let mut from = [core::ptr::null::<u8>(); MAX_SOURCES];
-                    for (f, s) in from.iter_mut().zip(srcs).take(world as usize) {
-                        *f = s.wrapping_add(done as usize);
+                let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
+                let count = match (everywhere, sym.dst) {
+                    (true, Some(peers)) => {
+                        every_rank(peers, dst_at + at, core::ptr::null(), &mut outputs)
                     }
-                    let here = out.wrapping_add(done as usize);
-                    // SAFETY: every source and the output lie inside their ranks' buffers
-                    // (the slice is inside the range the move names).
-                    unsafe {
-                        reducer.reduce::<A>(
-                            Coop::block(),
-                            here,
-                            &from[..world as usize],
-                            piece,
-                            smem,
-                        )
-                    };
-                    if let (true, Some(peers)) = (everywhere, sym.dst) {
-                        // The copies read what every thread just wrote: a block barrier, and on
-                        // Hopper a proxy fence before the bulk-copy engine reads it.
-                        #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
-                        crate::arch::fence_proxy_async();
-                        crate::arch::sync_block();
-                        for k in 1..world {
-                            let q = (me + k) % world;
-                            // SAFETY: `q < world`; the range lies inside rank q's `dst`, alike
-                            // on every rank.
-                            unsafe {
-                                transfer::copy::<A>(
-                                    Coop::block(),
-                                    peers.at(q, dst_at + at + done),
-                                    here,
-                                    piece as usize,
-                                    smem,
-                                )
-                            };
-                        }
+                    _ => {
+                        outputs[0] = dst.wrapping_add((dst_at + at) as usize);
+                        1
                     }
-                });
+                };
+                // SAFETY: every source lies inside its rank's `src` and every output inside its
+                // rank's `dst` (the slice is inside the range the move names, alike on every
+                // rank); an output may be a source (in place), which the Atom allows.
+                unsafe {
+                    reducer.reduce::<A>(
+                        Coop::block(),
+                        &outputs[..count],
+                        &srcs[..world as usize],
+                        n,
+                        smem,
+                    )
+                };
             }
         }
     }

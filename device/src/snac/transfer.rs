@@ -5,7 +5,7 @@
 //! by the cooperating threads. Sizes that are multiples of 16 never leave the Atom.
 
 use super::sync::Left;
-use crate::atom::{Atom, copy_bytes, reduce_scalar};
+use crate::atom::{Atom, MAX_DESTINATIONS, copy_bytes, reduce_scalar};
 use crate::coop::Coop;
 use crate::element::Element;
 use crate::op::{Max, Min, Prod, ReduceOp, ReduceOpKind, Sum};
@@ -33,7 +33,7 @@ pub(crate) unsafe fn copy<A: Atom>(
         // SAFETY: the head and the rest lie inside both ranges; after the head both are
         // 16-byte aligned.
         unsafe {
-            copy_bytes(coop, dst, src, 0, head);
+            copy_bytes(coop, &[dst], src, 0, head);
             A::copy(coop, dst.add(head), src.add(head), bytes - head, smem);
         }
     } else if (d ^ s) & 3 == 0 {
@@ -41,31 +41,75 @@ pub(crate) unsafe fn copy<A: Atom>(
         let words = (bytes - head) / 4;
         // SAFETY: every access lies inside both ranges; word accesses are 4-byte aligned.
         unsafe {
-            copy_bytes(coop, dst, src, 0, head);
+            copy_bytes(coop, &[dst], src, 0, head);
             let (dw, sw) = (dst.add(head) as *mut u32, src.add(head) as *const u32);
             let mut w = coop.index as usize;
             while w < words {
                 dw.add(w).write(sw.add(w).read());
                 w += coop.size as usize;
             }
-            copy_bytes(coop, dst, src, head + words * 4, bytes);
+            copy_bytes(coop, &[dst], src, head + words * 4, bytes);
         }
     } else {
         // SAFETY: the whole range, byte by byte.
-        unsafe { copy_bytes(coop, dst, src, 0, bytes) };
+        unsafe { copy_bytes(coop, &[dst], src, 0, bytes) };
     }
 }
 
-/// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `count` elements, in `f32`, sources in order: the Atom
-/// when every pointer is 16-byte aligned (staging always is; a caller's `dst` should be), the
-/// element-wise path otherwise. Both give the same bits.
+/// Copies `bytes` bytes from `src` into every destination, any alignment: one read of `src`
+/// through [`Atom::copy_to_all`] when every destination shares `src`'s alignment (the peers'
+/// copies of a symmetric buffer do), else [`copy`] to each in turn.
 ///
 /// # Safety
-/// As [`Atom::reduce`], except alignment (elements must be naturally aligned).
+/// As [`Atom::copy_to_all`], except alignment; `smem` as for [`Atom::copy`].
+#[inline(never)]
+pub(crate) unsafe fn copy_to_all<A: Atom>(
+    coop: Coop,
+    dsts: &[*mut u8],
+    src: *const u8,
+    bytes: usize,
+    smem: *mut u8,
+) {
+    if bytes == 0 || dsts.is_empty() {
+        return;
+    }
+    let s = src as usize;
+    if dsts.iter().all(|d| (*d as usize ^ s) & 15 == 0) {
+        let head = ((16 - (s & 15)) & 15).min(bytes);
+        let mut after = [core::ptr::null_mut::<u8>(); MAX_DESTINATIONS];
+        for (a, d) in after.iter_mut().zip(dsts) {
+            *a = d.wrapping_add(head);
+        }
+        // SAFETY: the head and the rest lie inside every range; after the head all are
+        // 16-byte aligned; at most MAX_DESTINATIONS destinations (the contract).
+        unsafe {
+            copy_bytes(coop, dsts, src, 0, head);
+            A::copy_to_all(
+                coop,
+                &after[..dsts.len()],
+                src.add(head),
+                bytes - head,
+                smem,
+            );
+        }
+    } else {
+        for dst in dsts {
+            // SAFETY: forwarded contract, one destination at a time.
+            unsafe { copy::<A>(coop, *dst, src, bytes, smem) };
+        }
+    }
+}
+
+/// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `count` elements, in `f32`, sources in order, into
+/// every destination: the Atom when every pointer is 16-byte aligned (staging always is; a
+/// caller's `dst` should be), the element-wise path otherwise. Both give the same bits.
+///
+/// # Safety
+/// As [`Atom::reduce_to_all`], except alignment (elements must be naturally aligned).
 #[inline(always)]
 pub(crate) unsafe fn reduce<A: Atom, T: Element, O: ReduceOp>(
     coop: Coop,
-    dst: *mut T,
+    dsts: &[*mut T],
     srcs: &[*const T],
     count: usize,
     smem: *mut u8,
@@ -73,16 +117,19 @@ pub(crate) unsafe fn reduce<A: Atom, T: Element, O: ReduceOp>(
     if count == 0 {
         return;
     }
-    let mut misaligned = dst as usize & 15;
+    let mut misaligned = 0;
+    for d in dsts {
+        misaligned |= *d as usize & 15;
+    }
     for s in srcs {
         misaligned |= *s as usize & 15;
     }
     if misaligned == 0 {
         // SAFETY: forwarded contract, all aligned.
-        unsafe { A::reduce::<T, O>(coop, dst, srcs, count, smem) }
+        unsafe { A::reduce_to_all::<T, O>(coop, dsts, srcs, count, smem) }
     } else {
         // SAFETY: forwarded contract.
-        unsafe { reduce_scalar::<T, O>(coop, dst, srcs, 0, count) }
+        unsafe { reduce_scalar::<T, O>(coop, dsts, srcs, 0, count) }
     }
 }
 
@@ -104,7 +151,7 @@ pub(crate) trait Operator: Copy {
     unsafe fn reduce<A: Atom, T: Element>(
         self,
         coop: Coop,
-        dst: *mut u8,
+        dsts: &[*mut u8],
         srcs: &[*const u8],
         bytes: u64,
         smem: *mut u8,
@@ -136,13 +183,13 @@ impl<O: ReduceOp> Operator for Static<O> {
     unsafe fn reduce<A: Atom, T: Element>(
         self,
         coop: Coop,
-        dst: *mut u8,
+        dsts: &[*mut u8],
         srcs: &[*const u8],
         bytes: u64,
         smem: *mut u8,
     ) {
         // SAFETY: forwarded contract.
-        unsafe { reduce_bytes::<A, T, O>(coop, dst, srcs, bytes, smem) }
+        unsafe { reduce_bytes::<A, T, O>(coop, dsts, srcs, bytes, smem) }
     }
 }
 
@@ -185,27 +232,28 @@ impl Operator for ReduceOpKind {
     unsafe fn reduce<A: Atom, T: Element>(
         self,
         coop: Coop,
-        dst: *mut u8,
+        dsts: &[*mut u8],
         srcs: &[*const u8],
         bytes: u64,
         smem: *mut u8,
     ) {
         // SAFETY (every arm): forwarded contract.
-        by_op!(self, O => unsafe { reduce_bytes::<A, T, O>(coop, dst, srcs, bytes, smem) })
+        by_op!(self, O => unsafe { reduce_bytes::<A, T, O>(coop, dsts, srcs, bytes, smem) })
     }
 }
 
 /// What a collective reduces chunks with: [`Typed`] for a reduction, [`NoReduce`] for the copy
 /// collectives.
 pub(crate) trait Reducer: Copy {
-    /// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `bytes` bytes of elements, as [`reduce`].
+    /// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `bytes` bytes of elements into every destination,
+    /// as [`reduce`].
     ///
     /// # Safety
     /// As [`reduce`], with `bytes` a multiple of the element size.
     unsafe fn reduce<A: Atom>(
         self,
         coop: Coop,
-        dst: *mut u8,
+        dsts: &[*mut u8],
         srcs: &[*const u8],
         bytes: u64,
         smem: *mut u8,
@@ -259,13 +307,13 @@ impl<T: Element, P: Operator> Reducer for Typed<T, P> {
     unsafe fn reduce<A: Atom>(
         self,
         coop: Coop,
-        dst: *mut u8,
+        dsts: &[*mut u8],
         srcs: &[*const u8],
         bytes: u64,
         smem: *mut u8,
     ) {
         // SAFETY: forwarded contract.
-        unsafe { self.op.reduce::<A, T>(coop, dst, srcs, bytes, smem) }
+        unsafe { self.op.reduce::<A, T>(coop, dsts, srcs, bytes, smem) }
     }
 
     type Acc = T::Lanes;
@@ -291,7 +339,7 @@ pub(crate) struct NoReduce;
 
 impl Reducer for NoReduce {
     #[inline(always)]
-    unsafe fn reduce<A: Atom>(self, _: Coop, _: *mut u8, _: &[*const u8], _: u64, _: *mut u8) {
+    unsafe fn reduce<A: Atom>(self, _: Coop, _: &[*mut u8], _: &[*const u8], _: u64, _: *mut u8) {
         crate::arch::trap()
     }
 
@@ -314,15 +362,19 @@ impl Reducer for NoReduce {
 #[inline(never)]
 pub(crate) unsafe fn reduce_bytes<A: Atom, T: Element, O: ReduceOp>(
     coop: Coop,
-    dst: *mut u8,
+    dsts: &[*mut u8],
     srcs: &[*const u8],
     bytes: u64,
     smem: *mut u8,
 ) {
-    // SAFETY: `*const u8` and `*const T` have the same layout.
-    let typed =
-        unsafe { core::slice::from_raw_parts(srcs.as_ptr() as *const *const T, srcs.len()) };
+    // SAFETY: `*const u8` and `*const T`, `*mut u8` and `*mut T` have the same layout.
+    let (typed_dsts, typed_srcs) = unsafe {
+        (
+            core::slice::from_raw_parts(dsts.as_ptr() as *const *mut T, dsts.len()),
+            core::slice::from_raw_parts(srcs.as_ptr() as *const *const T, srcs.len()),
+        )
+    };
     let count = bytes as usize / core::mem::size_of::<T>();
     // SAFETY: forwarded contract.
-    unsafe { reduce::<A, T, O>(coop, dst as *mut T, typed, count, smem) }
+    unsafe { reduce::<A, T, O>(coop, typed_dsts, typed_srcs, count, smem) }
 }
