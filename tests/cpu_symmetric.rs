@@ -1,6 +1,7 @@
 //! The symmetric regime on the CPU emulation: with every rank's buffers in every rank's
-//! tables, AllReduce, AllGather (pushing onto symmetric outputs, pulling onto ordinary ones),
-//! ReduceScatter and AllToAll run one pass over the peers' buffers (no staging). Every world from 1 to 16, every element type and operator of the
+//! tables, AllReduce, AllGather(V) (pushing onto symmetric outputs, pulling onto ordinary
+//! ones), ReduceScatter(V) and AllToAll run one pass over the peers' buffers (no staging);
+//! AllToAllV, which has no such pass, still runs with the tables given. Every world from 1 to 16, every element type and operator of the
 //! reductions, sizes from 0 to several of the regime's pieces, 1 to 3 blocks of 1 or 64
 //! threads, in place where the collective allows it; reductions bit-exact with the f32
 //! rank-order reference and within the f64 tolerance. Then what must fail: a rank whose
@@ -327,6 +328,231 @@ fn in_place_over_symmetric_buffers() {
                 );
             }
         }
+    }
+}
+
+/// Counts for a V call over `world` ranks: zeros, ones, odd and random values, or one large
+/// part (several of the regime's pieces).
+fn v_counts(rng: &mut SmallRng, world: u32, size: usize) -> Vec<u64> {
+    let piece = (PIECE / size) as u64;
+    let mut c: Vec<u64> = (0..world)
+        .map(|_| match rng.random_range(0..4) {
+            0 => 0,
+            1 => rng.random_range(1..4),
+            _ => rng.random_range(1..2 * piece),
+        })
+        .collect();
+    if rng.random_range(0..3) == 0 {
+        c[rng.random_range(0..world as usize)] = 3 * piece + 5;
+    }
+    c
+}
+
+/// Elements before each part (the V layouts' starts).
+fn starts(counts: &[u64]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0usize, |at, &c| {
+            Some(std::mem::replace(at, *at + c as usize))
+        })
+        .collect()
+}
+
+/// AllGatherV (pushing onto symmetric outputs, pulling onto ordinary ones, in place) and
+/// ReduceScatterV (every type and operator) over symmetric buffers, skewed counts with zeros;
+/// an AllToAllV given the tables runs its ordinary path.
+#[test]
+fn v_forms_over_symmetric_buffers() {
+    let mut rng = fresh_rng("v_forms_over_symmetric_buffers");
+    for world in WORLDS {
+        let comm = communicator(world, true);
+        let plain = communicator(world, false);
+        let w = world as usize;
+        for case in 0..6 {
+            let (blocks, threads) = shape(&mut rng, world);
+            let elem = [1usize, 2, 4][case % 3];
+            let counts = v_counts(&mut rng, world, elem);
+            let counts_of =
+                || -> Vec<Buffer> { (0..w).map(|_| Buffer::from_slice(&counts)).collect() };
+            let what =
+                format!("world {world} counts {counts:?} elem {elem}, {blocks} blocks x {threads}");
+            let inputs: Vec<Vec<u8>> = counts
+                .iter()
+                .map(|&c| random_bytes(&mut rng, c as usize * elem))
+                .collect();
+            let want = inputs.concat();
+            // AllGatherV pushing: every rank's part into every (symmetric) output.
+            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let dst: Vec<Buffer> = (0..w).map(|_| poisoned(want.len())).collect();
+            let mut l = launch(CollectiveKind::AllGatherV, 0, blocks, threads);
+            l.elem_bytes = elem as u32;
+            comm.run(&l, &src, &dst, Some(&counts_of()))
+                .unwrap_or_else(|e| panic!("all_gather_v {what}: {e}"));
+            for (r, d) in dst.iter().enumerate() {
+                assert!(d.bytes() == want, "all_gather_v {what}, rank {r}");
+            }
+            // Pulling onto ordinary outputs, and pushing in place (each rank's part already in
+            // its symmetric output).
+            let at = starts(&counts);
+            let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
+            let pulled: Vec<Buffer> = (0..w).map(|_| poisoned(want.len())).collect();
+            let placed: Vec<Buffer> = (0..w)
+                .map(|r| {
+                    let mut v = vec![POISON; want.len()];
+                    let part = at[r] * elem..(at[r] + counts[r] as usize) * elem;
+                    v[part.clone()].copy_from_slice(&want[part]);
+                    Buffer::from_slice(&v)
+                })
+                .collect();
+            let outputs: Vec<u64> = placed.iter().map(Buffer::addr).collect();
+            for in_place in [false, true] {
+                let args = |rank: u32| {
+                    let r = rank as usize;
+                    let mut a = if in_place {
+                        let d = &placed[r];
+                        let own = d.as_ptr().wrapping_add(at[r] * elem);
+                        let mut a = SnacArgs::new(d.as_mut_ptr(), own, 0, 2);
+                        (a.dst_peers, a.buffers) = (outputs.as_ptr(), 9 << 32);
+                        a.bounded(counts[r] * elem as u64, want.len() as u64, u64::MAX)
+                    } else {
+                        let mut a = SnacArgs::new(pulled[r].as_mut_ptr(), src[r].as_ptr(), 0, 2);
+                        (a.src_peers, a.buffers) = (table.as_ptr(), 8);
+                        a.bounded(src[r].len() as u64, want.len() as u64, u64::MAX)
+                    };
+                    (a.counts, a.elem_bytes) = (counts.as_ptr(), elem as u32);
+                    a
+                };
+                // SAFETY: every input holds its count, every output the sum; the tables name
+                // every input (pull) or every output (in place); every rank makes the same call.
+                launch_all(&plain, args, |a, ctx| unsafe {
+                    collective::all_gather_v::<Host, Runtime>(a, ctx)
+                })
+                .unwrap_or_else(|e| panic!("all_gather_v in place {in_place} {what}: {e}"));
+                let got = if in_place { &placed } else { &pulled };
+                for (r, d) in got.iter().enumerate() {
+                    assert!(
+                        d.bytes() == want,
+                        "all_gather_v in place {in_place} {what}, rank {r}"
+                    );
+                }
+            }
+            // ReduceScatterV of a type and operator drawn for the case.
+            let dtype = DataType::ALL[rng.random_range(0..DataType::ALL.len())];
+            let op = ReduceOpKind::ALL[rng.random_range(0..ReduceOpKind::ALL.len())];
+            let size = dtype.size();
+            let counts = v_counts(&mut rng, world, size);
+            let at = starts(&counts);
+            let total: u64 = counts.iter().sum();
+            let inputs: Vec<Vec<u8>> = (0..w)
+                .map(|_| random_elements(&mut rng, dtype, op, total as usize))
+                .collect();
+            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let dst: Vec<Buffer> = counts
+                .iter()
+                .map(|&c| poisoned(c as usize * size))
+                .collect();
+            let l = launch(CollectiveKind::ReduceScatterV, 0, blocks, threads).typed(dtype, op);
+            let what = format!("reduce_scatter_v world {world} {dtype:?} {op:?} counts {counts:?}");
+            comm.run(
+                &l,
+                &src,
+                &dst,
+                Some(
+                    &(0..w)
+                        .map(|_| Buffer::from_slice(&counts))
+                        .collect::<Vec<_>>(),
+                ),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            for (r, d) in dst.iter().enumerate() {
+                let part = at[r] * size..(at[r] + counts[r] as usize) * size;
+                let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[part.clone()]).collect();
+                check_reduced(&format!("{what}, rank {r}"), dtype, op, &parts, &d.bytes());
+            }
+        }
+        // AllToAllV with the tables given: part q of rank p's input (one byte each) on rank q.
+        let n = 300usize;
+        let mut sent = vec![0u64; 2 * w];
+        sent[..w].fill(n as u64);
+        sent[w..].fill(n as u64);
+        let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n * w)).collect();
+        let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+        let dst: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+        let l = launch(CollectiveKind::AllToAllV, 0, 2, 1);
+        comm.run(
+            &l,
+            &src,
+            &dst,
+            Some(
+                &(0..w)
+                    .map(|_| Buffer::from_slice(&sent))
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .unwrap_or_else(|e| panic!("all_to_all_v world {world}: {e}"));
+        for (r, d) in dst.iter().enumerate() {
+            let want: Vec<u8> = inputs
+                .iter()
+                .flat_map(|i| i[r * n..(r + 1) * n].to_vec())
+                .collect();
+            assert!(d.bytes() == want, "all_to_all_v world {world}, rank {r}");
+        }
+    }
+}
+
+/// A V call whose ranks disagree — one passes ordinary buffers, or other counts — faults at
+/// once on every rank, naming the buffers or the counts; none hangs.
+#[test]
+fn v_ranks_that_disagree_are_named() {
+    let world = 3u32;
+    let w = world as usize;
+    let counts = [100u64, 0, 4000];
+    let other = [100u64, 1, 3999];
+    let total: u64 = counts.iter().sum();
+    let src: Vec<Buffer> = counts
+        .iter()
+        .map(|&c| Buffer::from_slice(&vec![7u8; c as usize + 16]))
+        .collect();
+    let dst: Vec<Buffer> = (0..w).map(|_| poisoned(total as usize + 16)).collect();
+    let outputs: Vec<u64> = dst.iter().map(Buffer::addr).collect();
+    for (case, field) in [
+        ("ordinary", DigestField::Buffers),
+        ("counts", DigestField::Counts),
+    ] {
+        let comm = communicator(world, false);
+        let args = |rank: u32| {
+            let r = rank as usize;
+            let mut a = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), 0, 2).bounded(
+                src[r].len() as u64,
+                dst[r].len() as u64,
+                u64::MAX,
+            );
+            if !(case == "ordinary" && rank == 1) {
+                (a.dst_peers, a.buffers) = (outputs.as_ptr(), 4 << 32);
+            }
+            let mine = if case == "counts" && rank == 2 {
+                &other
+            } else {
+                &counts
+            };
+            a.counts = mine.as_ptr();
+            a
+        };
+        let start = std::time::Instant::now();
+        // SAFETY: every buffer holds what either set of counts moves.
+        let f = faults(launch_all(&comm, args, |a, ctx| unsafe {
+            collective::all_gather_v::<Host, Runtime>(a, ctx)
+        }));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{case}: took {:?}",
+            start.elapsed()
+        );
+        let named = f
+            .iter()
+            .find(|f| f.kind == FaultKind::DigestMismatch)
+            .unwrap_or_else(|| panic!("{case}: {f:?}"));
+        assert_eq!(named.field(), field, "{case}: {named}");
     }
 }
 

@@ -119,7 +119,8 @@ pub struct Args {
     #[arg(long)]
     pub mpi: bool,
     /// Symmetric buffers (`purlin::SymmetricBuffer`, mapped in every peer) instead of ordinary
-    /// ones: the fixed-size collectives then run one pass over the peers' buffers.
+    /// ones: the fixed-size collectives, AllGatherV and ReduceScatterV then run one pass over the
+    /// peers' buffers.
     #[arg(long)]
     pub symmetric: bool,
     /// Trace the calls (`Options::trace`) and print on stderr, per size, when the last timed

@@ -258,7 +258,7 @@ pub struct CommunicatorBuilder {
 }
 
 impl CommunicatorBuilder {
-    /// Whether every fixed-size call's buffers are symmetric: each rank's call then gets the
+    /// Whether every call's buffers (but AllToAllV's) are symmetric: each rank's call then gets the
     /// table of every rank's `src` and `dst` of the same call (the host's `SymmetricBuffer`
     /// does this on a GPU), and runs one pass over the peers' buffers where the collective
     /// can. Off by default.
@@ -351,9 +351,10 @@ impl Tables {
         Self { src, dst }
     }
 
-    /// Marks a fixed-size call's arguments symmetric.
+    /// Marks a call's arguments symmetric (every call but AllToAllV's, which has no
+    /// symmetric form).
     fn apply(&self, kind: CollectiveKind, args: &mut SnacArgs) {
-        if !kind.is_v() {
+        if kind != CollectiveKind::AllToAllV {
             args.src_peers = self.src.as_ptr();
             args.dst_peers = self.dst.as_ptr();
             args.buffers = Self::BUFFERS;

@@ -1,5 +1,6 @@
-//! Symmetric buffers on the virtual node (worlds 2, 4, 8): every fixed-size collective over
-//! `SymmetricBuffer`s (the one-pass regime above the packet paths) against the host reference,
+//! Symmetric buffers on the virtual node (worlds 2, 4, 8): every fixed-size collective, and
+//! AllGatherV / ReduceScatterV, over `SymmetricBuffer`s (the one-pass regime above the packet
+//! paths) against the host reference,
 //! through the typed API and the raw one, in place, over slices at the same offset on every
 //! rank, queued back to back with sizes changing and one synchronise at the end (mixed with
 //! calls on ordinary buffers); then what must fail: ranks that pass different buffers, and
@@ -9,7 +10,7 @@ use crate::collectives::{Coll, case};
 use crate::support::{virtual_node, virtual_node_failures};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use purlin::collective::{self, Options};
+use purlin::collective::{self, Counts, Options};
 use purlin::memory::Span;
 use purlin::workspace::WorkspaceRequirements;
 use purlin::{Context, DataType, Error, ReduceOpKind, SymmetricBuffer};
@@ -122,6 +123,142 @@ fn every_fixed_collective_over_symmetric_buffers_matches_its_reference() {
         }
     }
     println!("symmetric collective cases run: {ran}");
+}
+
+/// AllGatherV (symmetric outputs: push; ordinary outputs: pull) and ReduceScatterV (f32 and
+/// bf16 sums, max) over symmetric buffers, counts with zeros and skew up to 8 MiB a part.
+#[test]
+fn v_collectives_over_symmetric_buffers_match_their_references() {
+    let gpu = gpu_or_return!("symmetric V collectives");
+    let mut rng = fresh_rng("gpu symmetric v collectives");
+    let mut ran = 0;
+    for world in WORLDS {
+        let w = world as usize;
+        for round in 0..4 {
+            let (dtype, op) = [
+                (DataType::F32, ReduceOpKind::Sum),
+                (DataType::Bf16, ReduceOpKind::Sum),
+                (DataType::F16, ReduceOpKind::Max),
+                (DataType::E4m3, ReduceOpKind::Min),
+            ][round];
+            let size = dtype.size();
+            let big = (8 << 20) / size as u64;
+            let counts: Vec<u64> = (0..w)
+                .map(|p| match (round + p) % 4 {
+                    0 => 0,
+                    1 => rng.random_range(1..5000),
+                    2 => rng.random_range(100_000..300_000),
+                    _ => big - rng.random_range(0..1000),
+                })
+                .collect();
+            let total: u64 = counts.iter().sum();
+            let starts: Vec<usize> = counts
+                .iter()
+                .scan(0usize, |at, &c| {
+                    Some(std::mem::replace(at, *at + c as usize))
+                })
+                .collect();
+            // AllGatherV inputs (rank p's count) and ReduceScatterV inputs (the total).
+            let gather_in: Vec<Vec<u8>> = counts
+                .iter()
+                .map(|&c| random_elements(&mut rng, dtype, op, c as usize))
+                .collect();
+            let gathered = gather_in.concat();
+            let reduce_in: Vec<Vec<u8>> = (0..w)
+                .map(|_| random_elements(&mut rng, dtype, op, total as usize))
+                .collect();
+            let capacity = total as usize * size;
+            let errors = virtual_node_failures(
+                &gpu,
+                world,
+                WorkspaceRequirements::small(),
+                |ctx, stream| {
+                    let r = ctx.rank() as usize;
+                    let mut errors = Vec::new();
+                    let mut counts_dev = stream.alloc_zeros::<u64>(w).unwrap();
+                    stream.memcpy_htod(&counts, &mut counts_dev).unwrap();
+                    let c = Counts {
+                        addr: Span::from_device(&counts_dev, stream).addr,
+                        max_count: big,
+                    };
+                    let o = Options::default();
+                    let src = filled(ctx, stream, capacity, &gather_in[r]);
+                    let dst = filled(ctx, stream, capacity, &[]);
+                    let mut plain = stream.alloc_zeros::<u8>(capacity.max(16)).unwrap();
+                    stream
+                        .memcpy_htod(&vec![POISON; capacity.max(16)], &mut plain)
+                        .unwrap();
+                    let plain_span = Span::from_device(&plain, stream);
+                    // SAFETY: every buffer holds what the counts describe and lives past the
+                    // synchronisation.
+                    let launched = unsafe {
+                        collective::all_gather_v_raw(ctx, dtype, dst.local(), src.local(), c, &o)
+                            .and_then(|_| {
+                                collective::all_gather_v_raw(
+                                    ctx,
+                                    dtype,
+                                    plain_span,
+                                    src.local(),
+                                    c,
+                                    &o,
+                                )
+                            })
+                    };
+                    if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
+                        errors.push(format!("rank {r}: all_gather_v: {e}"));
+                        return errors;
+                    }
+                    for (what, got) in [
+                        ("pushed", stream.clone_dtoh(&dst).unwrap()),
+                        ("pulled", stream.clone_dtoh(&plain).unwrap()),
+                    ] {
+                        if got[..capacity] != gathered[..] {
+                            errors.push(format!("rank {r}: all_gather_v {what} differs"));
+                        }
+                    }
+                    let src = {
+                        src.free().unwrap();
+                        filled(ctx, stream, capacity, &reduce_in[r])
+                    };
+                    let part = counts[r] as usize * size;
+                    // SAFETY: as above.
+                    let launched = unsafe {
+                        collective::reduce_scatter_v_raw(
+                            ctx,
+                            dtype,
+                            op,
+                            dst.local(),
+                            src.local(),
+                            c,
+                            &o,
+                        )
+                    };
+                    if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
+                        errors.push(format!("rank {r}: reduce_scatter_v: {e}"));
+                    } else {
+                        let at = starts[r] * size;
+                        let srcs: Vec<&[u8]> =
+                            reduce_in.iter().map(|v| &v[at..at + part]).collect();
+                        let got = stream.clone_dtoh(&dst).unwrap();
+                        if got[..part] != reference_f32(dtype, op, &srcs)[..] {
+                            errors.push(format!("rank {r}: reduce_scatter_v differs"));
+                        }
+                    }
+                    src.free().unwrap();
+                    dst.free().unwrap();
+                    errors
+                },
+            );
+            assert!(
+                errors.is_empty(),
+                "world {world} {} {} counts {counts:?}: {errors:?}",
+                dtype.name(),
+                op.name()
+            );
+            ran += 1;
+        }
+    }
+    println!("symmetric V cases run: {ran}");
 }
 
 /// The typed forms take symmetric buffers like cudarc buffers; in place (AllReduce on one

@@ -672,9 +672,9 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
     if !packets && lacks_atom_smem::<A, C>(args, ctx, kind) {
         return;
     }
-    // The fixed-size collectives run one pass over symmetric buffers (the V layouts do not let
-    // a rank compute its peers' offsets), and their digest then names the buffers; the packet
-    // paths stage nothing either way.
+    // Calls over symmetric buffers run one pass over them (all but AllToAllV, whose layouts do
+    // not let a rank compute its peers' offsets), and their digest then names the buffers; the
+    // packet paths stage nothing either way.
     let symmetric = if packets {
         None
     } else {
@@ -691,7 +691,7 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
     };
     let mut named = *digest;
     if let Some(sym) = symmetric {
-        named[3] = sym.digest_word();
+        named[3] |= sym.digest_word();
     }
     let digest = &named;
     // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid and

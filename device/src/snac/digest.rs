@@ -120,14 +120,20 @@ pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64
         return Some((DigestField::Workspace, mine[2] >> 32, theirs[2] >> 32));
     }
     if mine[3] != theirs[3] {
-        // A fixed-size call's last packet names its symmetric buffers; a V call's, its counts.
-        let v = CollectiveKind::from_u32((mine[0] & 0xff) as u32);
-        let field = if matches!(v, Some(kind) if kind.is_v()) {
-            DigestField::Counts
-        } else {
-            DigestField::Buffers
-        };
-        return Some((field, mine[3], theirs[3]));
+        // An AllToAllV's packet is the count one rank sends the other. Any other call's holds
+        // its counts' hash (V forms) in the low 32 bits and its symmetric buffers in the high.
+        let kind = CollectiveKind::from_u32((mine[0] & 0xff) as u32);
+        if matches!(kind, Some(CollectiveKind::AllToAllV)) {
+            return Some((DigestField::Counts, mine[3], theirs[3]));
+        }
+        if mine[3] as u32 != theirs[3] as u32 {
+            return Some((
+                DigestField::Counts,
+                mine[3] as u32 as u64,
+                theirs[3] as u32 as u64,
+            ));
+        }
+        return Some((DigestField::Buffers, mine[3] >> 32, theirs[3] >> 32));
     }
     None
 }

@@ -117,13 +117,13 @@ pub(crate) struct Symmetric {
 
 impl Symmetric {
     /// The symmetric buffers of a `kind` call on rank `rank`, if it has them (`Ok(None)`:
-    /// ordinary buffers, [`SnacArgs::buffers`] 0, or a V collective, whose layouts do not let
-    /// a rank compute its peers' offsets). What the collective touches on the peers must be
-    /// symmetric: AllReduce `src` and `dst`; AllGather `dst` (it pushes its part into every
-    /// output, in place too) or else `src` (every rank pulls); ReduceScatter and AllToAll
-    /// `src`. Refused ([`Refusal::SymmetricBuffers`]) when such a table is missing or does not
-    /// hold the buffer the call's address lies in at `rank`: a rank must never take another
-    /// rank's buffer for its own.
+    /// ordinary buffers, [`SnacArgs::buffers`] 0, or an AllToAllV, whose layouts do not let a
+    /// rank compute where its part lies in a peer's buffers). What the collective touches on
+    /// the peers must be symmetric: AllReduce `src` and `dst`; AllGather(V) `dst` (it pushes
+    /// its part into every output, in place too) or else `src` (every rank pulls);
+    /// ReduceScatter(V) and AllToAll `src`. Refused ([`Refusal::SymmetricBuffers`]) when such a
+    /// table is missing or does not hold the buffer the call's address lies in at `rank`: a
+    /// rank must never take another rank's buffer for its own.
     ///
     /// # Safety
     /// Non-null tables hold `world > rank` addresses.
@@ -133,7 +133,7 @@ impl Symmetric {
         rank: u32,
         kind: CollectiveKind,
     ) -> Result<Option<Self>, Refusal> {
-        if args.buffers == 0 || kind.is_v() {
+        if args.buffers == 0 || kind == CollectiveKind::AllToAllV {
             return Ok(None);
         }
         // SAFETY (both): forwarded contract.
@@ -141,7 +141,9 @@ impl Symmetric {
         let dst = || unsafe { Peers::of(args.dst_peers, rank, args.dst as u64) };
         let (reads, writes) = match kind {
             CollectiveKind::AllReduce => (true, true),
-            CollectiveKind::AllGather if !args.dst_peers.is_null() => (false, true),
+            CollectiveKind::AllGather | CollectiveKind::AllGatherV if !args.dst_peers.is_null() => {
+                (false, true)
+            }
             _ => (true, false),
         };
         let src = if reads {
@@ -154,18 +156,22 @@ impl Symmetric {
         } else {
             None
         };
-        let word = super::digest::hash(&[
+        let buffers = super::digest::hash(&[
             args.buffers,
             src.map_or(u64::MAX, |p| p.offset),
             dst.map_or(u64::MAX, |p| p.offset),
-        ]) as u64
-            | 1 << 32;
-        Ok(Some(Self { src, dst, word }))
+        ]) as u64;
+        Ok(Some(Self {
+            src,
+            dst,
+            word: (buffers | 1) << 32,
+        }))
     }
 
-    /// The call digest's last packet for this call (never 0, which means ordinary buffers):
-    /// the buffers' identity ([`SnacArgs::buffers`]) and where the call's ranges start in
-    /// them, so that every rank reads and writes the ranges its peers passed.
+    /// What the call digest's last packet adds for this call, in its high 32 bits (never 0:
+    /// 0 means ordinary buffers; the low 32 bits hold a V call's counts): the buffers'
+    /// identity ([`SnacArgs::buffers`]) and where the call's ranges start in them, so that
+    /// every rank reads and writes the ranges its peers passed.
     #[inline(always)]
     pub(crate) const fn digest_word(&self) -> u64 {
         self.word

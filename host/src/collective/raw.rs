@@ -51,7 +51,7 @@ unsafe fn checked_launch(
 ) -> Result<()> {
     let (call, band_bytes) = match size {
         Size::Count(count) => fixed_call(ctx, kind, dtype, dst, src, count, op)?,
-        Size::Counts(counts) => v_call(kind, dtype, dst, src, counts, op)?,
+        Size::Counts(counts) => v_call(ctx, kind, dtype, dst, src, counts, op)?,
     };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
@@ -173,6 +173,7 @@ pub struct Counts {
 }
 
 fn v_call(
+    ctx: &Context,
     kind: CollectiveKind,
     dtype: DataType,
     dst: Span,
@@ -200,6 +201,7 @@ fn v_call(
     let mut a = args(dst, src, 0).bounded(src.bytes, dst.bytes, counts.max_count);
     a.counts = counts.addr as *const u64;
     a.elem_bytes = dtype.size() as u32;
+    ctx.symmetric_buffers().mark(kind, src, dst, 0, &mut a);
     Ok((
         Call {
             kind,

@@ -20,13 +20,14 @@ use std::sync::Arc;
 ///
 /// It is a cudarc device buffer of the context's stream ([`DevicePtr`], [`DevicePtrMut`]), so
 /// the typed collectives take it like a `CudaSlice`, and cudarc copies fill and read it. A
-/// collective whose peers' buffers are symmetric — AllGather, AllToAll, ReduceScatter: `src`;
-/// AllReduce: `src` and `dst` — runs one pass over them instead of through staging: each rank
-/// reads its peers' inputs (AllReduce: and writes their outputs) itself, every byte read and
-/// written once. Every rank must then pass the same buffers (the call digest compares them: a
-/// rank that passes other or ordinary buffers faults the call with
-/// [`DigestField::Buffers`](purlin_device::snac::DigestField::Buffers)). The V collectives and
-/// the small-message (packet) paths treat it as an ordinary buffer.
+/// collective whose peers' buffers are symmetric — AllGather(V): `dst` (it writes every rank's
+/// output), else `src`; AllToAll, ReduceScatter(V): `src`; AllReduce: `src` and `dst` — runs
+/// one pass over them instead of through staging: each rank reads its peers' inputs (AllReduce
+/// and AllGather: or writes their outputs) itself, every byte read and written once. Every
+/// rank must then pass the same buffers (the call digest compares them: a rank that passes
+/// other or ordinary buffers faults the call with
+/// [`DigestField::Buffers`](purlin_device::snac::DigestField::Buffers)). AllToAllV and the
+/// small-message (packet) paths treat it as an ordinary buffer.
 ///
 /// ```no_run
 /// # use purlin::{bootstrap::*, memory::DeviceAllocator, workspace::*, Context, SymmetricBuffer};

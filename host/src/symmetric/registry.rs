@@ -69,12 +69,12 @@ impl Registry {
     }
 
     /// Marks a call's arguments symmetric when what it touches on the peers lies in symmetric
-    /// buffers: AllReduce `src` and `dst`; AllGather `dst` (it pushes), else `src` (it pulls;
-    /// not in place, `src` being this rank's part of `dst` at byte `part`); ReduceScatter and
-    /// AllToAll `src`. Other
-    /// calls stay ordinary; so do the V collectives (their layouts do not let a rank compute
-    /// its peers' offsets). The ranges may start anywhere in their buffers, at the same offset
-    /// on every rank (the device compares the offsets).
+    /// buffers: AllReduce `src` and `dst`; AllGather(V) `dst` (it pushes), else `src` (it pulls;
+    /// not in place: an AllGather's `src` is not this rank's part of `dst` at byte `part`, an
+    /// AllGatherV's does not overlap `dst`, whose parts only the device knows);
+    /// ReduceScatter(V) and AllToAll `src`. Other calls stay ordinary, AllToAllV too (a rank
+    /// cannot compute where its part lies in a peer's buffers). The ranges may start anywhere
+    /// in their buffers, at the same offset on every rank (the device compares the offsets).
     pub(crate) fn mark(
         &self,
         kind: CollectiveKind,
@@ -93,14 +93,19 @@ impl Registry {
                 }
             }
             // Symmetric outputs: every rank pushes its part into every output (in place too).
-            CollectiveKind::AllGather if let Some(d) = self.find(dst) => {
+            CollectiveKind::AllGather | CollectiveKind::AllGatherV
+                if let Some(d) = self.find(dst) =>
+            {
                 args.dst_peers = table(d);
                 args.buffers = (d.id as u64) << 32;
             }
             // In place on ordinary outputs: nothing to pull from.
             CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {}
+            CollectiveKind::AllGatherV if overlap(src, dst) => {}
             CollectiveKind::AllGather
+            | CollectiveKind::AllGatherV
             | CollectiveKind::ReduceScatter
+            | CollectiveKind::ReduceScatterV
             | CollectiveKind::AllToAll => {
                 if let Some(s) = self.find(src) {
                     args.src_peers = table(s);
@@ -110,6 +115,11 @@ impl Registry {
             _ => {}
         }
     }
+}
+
+/// Whether two spans share a byte.
+fn overlap(a: Span, b: Span) -> bool {
+    a.addr < b.addr.saturating_add(b.bytes) && b.addr < a.addr.saturating_add(a.bytes)
 }
 
 #[cfg(test)]
@@ -159,13 +169,29 @@ mod tests {
             (CollectiveKind::AllGather, Span::new(0x1010, 256), plain),
             (CollectiveKind::AllGather, Span::new(0x0ff0, 32), plain),
             (CollectiveKind::AllGather, Span::new(0x5010, 16), plain),
-            (CollectiveKind::AllGatherV, src, dst),
+            (
+                CollectiveKind::AllGatherV,
+                Span::new(0x1000, 64),
+                Span::new(0x0fc0, 256),
+            ),
+            (CollectiveKind::AllGatherV, plain, plain),
+            (CollectiveKind::ReduceScatterV, plain, dst),
+            (CollectiveKind::AllToAllV, src, dst),
         ] {
             let mut o = args();
             r.mark(kind, s, d, 16, &mut o);
             assert_eq!(o.buffers, 0, "{kind:?} {s:?} {d:?}");
             assert!(o.src_peers.is_null() && o.dst_peers.is_null());
         }
+        let mut v = args();
+        r.mark(CollectiveKind::AllGatherV, src, dst, 0, &mut v);
+        assert_eq!((v.dst_peers as u64, v.buffers), (0x9100, 2 << 32));
+        let mut pull = args();
+        r.mark(CollectiveKind::AllGatherV, src, plain, 0, &mut pull);
+        assert_eq!((pull.src_peers as u64, pull.buffers), (0x9000, 1));
+        let mut rsv = args();
+        r.mark(CollectiveKind::ReduceScatterV, src, plain, 0, &mut rsv);
+        assert_eq!((rsv.src_peers as u64, rsv.buffers), (0x9000, 1));
         r.remove(a);
         let mut gone = args();
         r.mark(CollectiveKind::ReduceScatter, src, dst, 0, &mut gone);
