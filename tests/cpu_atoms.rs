@@ -243,7 +243,7 @@ fn gpu_atom_datapaths_reduce_on_cpu_threads() {
     check_reduce::<Sm70>(1, &DataType::ALL, &OPS, small);
     check_reduce::<Sm80>(1, &DataType::ALL, &OPS, small);
     check_reduce::<Sm90>(1, &DataType::ALL, &OPS, small);
-    // Large enough for Hopper's bulk-engine reduce (one whole block).
+    // Sizes past a block's whole ring, several types and operators.
     check_reduce::<Sm90>(
         1,
         &[DataType::Bf16, DataType::F32, DataType::E5m2],

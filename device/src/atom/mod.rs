@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | [`Sm70`] | 16-byte register loads, several in flight per thread |
 //! | [`Sm80`] | `cp.async` into a per-thread shared-memory ring, drained to global |
-//! | [`Sm90`] | bulk-copy engine + `mbarrier` for large copies and the loads of large reductions, else Sm80's ring |
+//! | [`Sm90`] | bulk-copy engine + `mbarrier` for large copies, else Sm80's ring |
 //! | [`Sm100`] | Sm90's datapath (checked by `ptxas` only for now) |
 //! | [`Host`] | the register datapath on one CPU thread: the portable reference |
 //!

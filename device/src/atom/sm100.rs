@@ -1,6 +1,7 @@
 //! Blackwell: Hopper's datapath for now (validated by `ptxas` only: no sm_100 GPU is lent).
 
-use super::sm90::{Sm90, hopper_copy, hopper_reduce};
+use super::sm80::ring_reduce;
+use super::sm90::{Sm90, hopper_copy};
 
 /// sm_100: the Sm90 datapath (bulk engine + `cp.async` ring).
 #[derive(Clone, Copy, Debug, Default)]
@@ -13,7 +14,7 @@ atom! {
         smem: Sm90::SMEM_BYTES,
         copy_to_all(coop, dsts, src, bytes, smem) => hopper_copy(coop, dsts, src, bytes, smem),
         reduce_to_all<T, O>(coop, dsts, srcs, count, smem) => {
-            hopper_reduce::<T, O>(coop, dsts, srcs, count, smem)
+            ring_reduce::<T, O>(coop, dsts, srcs, count, smem)
         },
     }
 }

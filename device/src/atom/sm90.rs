@@ -1,15 +1,11 @@
 //! Hopper: large copies go through the bulk-copy engine (`cp.async.bulk` global → shared,
 //! completing on an `mbarrier`, then shared → global), driven by one thread while the others
-//! handle the tail; large reductions have the engine load every source's chunk into a stage
-//! that the whole block then reduces; everything else uses Sm80's `cp.async` ring.
+//! handle the tail; everything else uses Sm80's `cp.async` ring.
 
-use super::register::combine_into;
+use super::copy_bytes;
 use super::sm80::{ring_bytes, ring_copy, ring_reduce};
-use super::{copy_bytes, reduce_scalar};
 use crate::arch;
 use crate::coop::Coop;
-use crate::element::Element;
-use crate::op::ReduceOp;
 
 /// Bytes per bulk copy.
 const CHUNK: usize = 16 * 1024;
@@ -159,136 +155,7 @@ pub(crate) unsafe fn hopper_copy(
     }
 }
 
-/// Stages of the bulk reduce: one being reduced while the others load.
-const REDUCE_STAGES: usize = 4;
-/// Shared memory of one bulk-reduce stage (every source's chunk side by side): the stages fill
-/// the bulk copy's stage buffers, before the barriers.
-const REDUCE_STAGE_BYTES: usize = BARRIERS_AT / REDUCE_STAGES;
-/// Below this many bytes of every source per block the ring reduces at least as fast.
-const BULK_REDUCE_MIN_BYTES: usize = 64 * 1024;
-
-/// Reduces this block's chunks of `bytes` (a multiple of 16) of every source into every
-/// destination, the bulk engine loading each source's chunk into a shared-memory stage
-/// (`REDUCE_STAGES - 1` stages in flight while the block reduces one): no per-thread load
-/// bookkeeping, whatever the number of sources. Chunks `block, block + blocks, …` when
-/// `blocks` blocks share the range. Every thread of the block calls.
-///
-/// # Safety
-/// As [`Atom::reduce_to_all`] for `bytes / 16` whole vectors, with `smem` holding
-/// `Sm90::SMEM_BYTES` of this block's shared memory and a whole block calling.
-#[inline(always)]
-unsafe fn bulk_reduce<T: Element, O: ReduceOp>(
-    coop: Coop,
-    dsts: &[*mut T],
-    srcs: &[*const T],
-    bytes: usize,
-    smem: *mut u8,
-) {
-    let n = srcs.len();
-    // Bytes of each source per chunk: the sources' chunks of one stage side by side.
-    let chunk = (REDUCE_STAGE_BYTES / n) & !15;
-    let (block, blocks) = (coop.block_in_group() as usize, coop.blocks as usize);
-    let all_chunks = bytes.div_ceil(chunk);
-    let chunks = if block < all_chunks {
-        (all_chunks - block).div_ceil(blocks)
-    } else {
-        0
-    };
-    let at = |c: usize| (block + c * blocks) * chunk;
-    let len = |c: usize| (bytes - at(c)).min(chunk);
-    let stage_at = |stage: usize| smem.wrapping_add(stage * REDUCE_STAGE_BYTES);
-    let barrier = |stage: usize| smem.wrapping_add(BARRIERS_AT + stage * 8) as *mut u64;
-    let lead = coop.thread() == 0;
-    // SAFETY (whole function): stages and barriers lie inside `smem` (REDUCE_STAGES stages of
-    // REDUCE_STAGE_BYTES end at BARRIERS_AT); chunk `c < chunks` lies inside every source and
-    // destination; only the leader issues copies and touches the barriers' phases.
-    unsafe {
-        let load = |c: usize| {
-            let stage = c % REDUCE_STAGES;
-            arch::mbarrier_arrive_expect_tx(barrier(stage), (n * len(c)) as u32);
-            for (s, src) in srcs.iter().enumerate() {
-                arch::bulk_load(
-                    stage_at(stage).add(s * chunk),
-                    (*src as *const u8).add(at(c)),
-                    len(c) as u32,
-                    barrier(stage),
-                );
-            }
-        };
-        // Other threads may still be reading shared memory for an earlier call.
-        arch::sync_block();
-        if lead {
-            for stage in 0..REDUCE_STAGES {
-                arch::mbarrier_init(barrier(stage), 1);
-            }
-            arch::fence_mbarrier_init();
-            // What this thread saw written (the peers' arrival) comes before the engine's reads.
-            arch::fence_proxy_async();
-            for c in 0..chunks.min(REDUCE_STAGES) {
-                load(c);
-            }
-        }
-        arch::sync_block();
-        let (thread, threads) = (coop.thread() as usize, coop.threads_per_block() as usize);
-        for c in 0..chunks {
-            let stage = c % REDUCE_STAGES;
-            wait_bounded(barrier(stage), ((c / REDUCE_STAGES) & 1) as u32);
-            let base = stage_at(stage);
-            let vectors = len(c) / 16;
-            let mut v = thread;
-            while v < vectors {
-                let mut acc = T::unpack(arch::ld_shared_v128(base.add(v * 16) as *const u128));
-                for s in 1..n {
-                    let raw = arch::ld_shared_v128(base.add(s * chunk + v * 16) as *const u128);
-                    combine_into::<T, O>(&mut acc, raw);
-                }
-                let packed = T::pack(acc);
-                for dst in dsts {
-                    arch::st_v128((*dst as *mut u8).add(at(c) + v * 16) as *mut u128, packed);
-                }
-                v += threads;
-            }
-            // Every thread is done with the stage before the engine refills it.
-            arch::sync_block();
-            if lead && c + REDUCE_STAGES < chunks {
-                load(c + REDUCE_STAGES);
-            }
-        }
-        if lead {
-            for stage in 0..REDUCE_STAGES {
-                arch::mbarrier_inval(barrier(stage));
-            }
-        }
-    }
-}
-
-/// The Hopper reduce into every destination: the bulk engine loads the sources of large
-/// whole-block reductions, else the ring.
-///
-/// # Safety
-/// As [`Atom::reduce_to_all`] with `Sm90::SMEM_BYTES` of shared memory.
-#[inline(always)]
-pub(crate) unsafe fn hopper_reduce<T: Element, O: ReduceOp>(
-    coop: Coop,
-    dsts: &[*mut T],
-    srcs: &[*const T],
-    count: usize,
-    smem: *mut u8,
-) {
-    let vectors = count / T::LANES;
-    if coop.whole_block && vectors * 16 / coop.blocks as usize >= BULK_REDUCE_MIN_BYTES {
-        // SAFETY: forwarded contract, whole vectors.
-        unsafe { bulk_reduce::<T, O>(coop, dsts, srcs, vectors * 16, smem) };
-        // SAFETY: the tail lies within `count`.
-        unsafe { reduce_scalar::<T, O>(coop, dsts, srcs, vectors * T::LANES, count) };
-    } else {
-        // SAFETY: forwarded contract.
-        unsafe { ring_reduce::<T, O>(coop, dsts, srcs, count, smem) }
-    }
-}
-
-/// sm_90: bulk-copy engine for large copies and for the loads of large reductions, Sm80's ring
-/// for small ones.
+/// sm_90: bulk-copy engine for large copies, Sm80's ring for small copies and reductions.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sm90;
 
@@ -303,7 +170,7 @@ atom! {
         },
         copy_to_all(coop, dsts, src, bytes, smem) => hopper_copy(coop, dsts, src, bytes, smem),
         reduce_to_all<T, O>(coop, dsts, srcs, count, smem) => {
-            hopper_reduce::<T, O>(coop, dsts, srcs, count, smem)
+            ring_reduce::<T, O>(coop, dsts, srcs, count, smem)
         },
     }
 }
