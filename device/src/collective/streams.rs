@@ -4,7 +4,7 @@
 use crate::layout::{Layout, Split};
 use crate::snac::SignalKind;
 use crate::snac::staging::{Get, Put, Streams};
-use crate::snac::symmetric::{Move, OnePass};
+use crate::snac::symmetric::{Move, OnePass, Output, Reach, even_slice};
 use crate::snac::sync::Ranks;
 
 /// Where a rank's buffers are.
@@ -310,33 +310,56 @@ impl Streams for Direct {
     }
 }
 
-/// Over symmetric buffers: push this rank's `src` into its part of every rank's `dst` when the
-/// outputs are symmetric (each input read once), else pull part `q` of `dst` from rank `q`'s
-/// `src`; either way starting at this rank's own part (nothing moves for it in place).
+/// Over symmetric buffers: when every rank's input and output are symmetric, the ranks share
+/// the output out evenly and each copies its slice from the parts' owners into every output
+/// (each input byte read once, and the work even whatever the counts); when only the outputs
+/// are, push this rank's `src` into its part of every rank's `dst`; else pull part `q` of
+/// `dst` from rank `q`'s `src`. Either way starting at this rank's own part (nothing moves for
+/// it in place).
 impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
-    fn moves(&self, writes_peers: bool) -> u32 {
-        if writes_peers { 1 } else { self.b.world }
+    fn moves(&self, reach: Reach) -> u32 {
+        if reach.writes && !reach.reads {
+            1
+        } else {
+            self.b.world
+        }
     }
     #[inline(always)]
-    fn pass(&self, j: u32, writes_peers: bool) -> Move {
-        let me = self.b.me;
-        if writes_peers {
-            let (src_at, len) = self.src.part(me, me);
-            let (dst_at, _) = self.dst.part(me, me);
-            return Move::Push {
-                src_at,
-                dst_at,
-                len,
-            };
-        }
-        let q = (me + j) % self.b.world;
-        let (src_at, len) = self.src.part(q, q);
-        let (dst_at, _) = self.dst.part(me, q);
-        Move::Pull {
-            peer: q,
-            src_at,
-            dst_at,
-            len,
+    fn pass(&self, j: u32, reach: Reach) -> Move {
+        let (me, world) = (self.b.me, self.b.world);
+        let q = (me + j) % world;
+        match (reach.reads, reach.writes) {
+            (true, true) => {
+                let (last_at, last_len) = self.dst.part(me, world - 1);
+                let (dst_at, len) = even_slice(me, world, last_at + last_len, self.dst.part(me, q));
+                let (part_at, _) = self.dst.part(me, q);
+                let (src_at, _) = self.src.part(q, q);
+                Move::Spread {
+                    peer: q,
+                    src_at: src_at + (dst_at - part_at),
+                    dst_at,
+                    len,
+                }
+            }
+            (false, true) => {
+                let (src_at, len) = self.src.part(me, me);
+                let (dst_at, _) = self.dst.part(me, me);
+                Move::Push {
+                    src_at,
+                    dst_at,
+                    len,
+                }
+            }
+            _ => {
+                let (src_at, len) = self.src.part(q, q);
+                let (dst_at, _) = self.dst.part(me, q);
+                Move::Pull {
+                    peer: q,
+                    src_at,
+                    dst_at,
+                    len,
+                }
+            }
         }
     }
 }
@@ -344,11 +367,11 @@ impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
 /// Over symmetric buffers: pull the part of rank `p`'s `src` meant for this rank into part `p`
 /// of `dst`.
 impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
-    fn moves(&self, _: bool) -> u32 {
+    fn moves(&self, _: Reach) -> u32 {
         self.b.world
     }
     #[inline(always)]
-    fn pass(&self, j: u32, _: bool) -> Move {
+    fn pass(&self, j: u32, _: Reach) -> Move {
         let me = self.b.me;
         let p = (me + j) % self.b.world;
         let (src_at, len) = self.src.part(p, me);
@@ -362,19 +385,34 @@ impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
     }
 }
 
-/// Over symmetric buffers: reduce this rank's part of every rank's `src` into `dst`.
+/// Over symmetric buffers: reduce this rank's part of every rank's `src` into `dst`; when every
+/// rank's output is symmetric too, the ranks share the parts out evenly instead, each reducing
+/// its slice into the outputs of the parts' owners (the work even whatever the counts).
 impl<S: Layout> OnePass for Scatter<S> {
-    fn moves(&self, _: bool) -> u32 {
-        1
+    fn moves(&self, reach: Reach) -> u32 {
+        if reach.writes { self.b.world } else { 1 }
     }
     #[inline(always)]
-    fn pass(&self, _: u32, _: bool) -> Move {
-        let (src_at, len) = self.src.part(self.b.me, self.b.me);
+    fn pass(&self, j: u32, reach: Reach) -> Move {
+        let (me, world) = (self.b.me, self.b.world);
+        if reach.writes {
+            let q = (me + j) % world;
+            let (last_at, last_len) = self.src.part(me, world - 1);
+            let part = self.src.part(me, q);
+            let (src_at, len) = even_slice(me, world, last_at + last_len, part);
+            return Move::Reduce {
+                src_at,
+                dst_at: src_at - part.0,
+                len,
+                into: Output::Rank(q),
+            };
+        }
+        let (src_at, len) = self.src.part(me, me);
         Move::Reduce {
             src_at,
             dst_at: 0,
             len,
-            everywhere: false,
+            into: Output::Own,
         }
     }
 }
@@ -387,26 +425,26 @@ fn own_shard(me: u32, shards: Split) -> Move {
         src_at: at,
         dst_at: at,
         len,
-        everywhere: true,
+        into: Output::Every,
     }
 }
 
 impl OnePass for Composed {
-    fn moves(&self, _: bool) -> u32 {
+    fn moves(&self, _: Reach) -> u32 {
         1
     }
     #[inline(always)]
-    fn pass(&self, _: u32, _: bool) -> Move {
+    fn pass(&self, _: u32, _: Reach) -> Move {
         own_shard(self.b.me, self.shards)
     }
 }
 
 impl OnePass for Direct {
-    fn moves(&self, _: bool) -> u32 {
+    fn moves(&self, _: Reach) -> u32 {
         1
     }
     #[inline(always)]
-    fn pass(&self, _: u32, _: bool) -> Move {
+    fn pass(&self, _: u32, _: Reach) -> Move {
         let shards = Split {
             bytes: self.bytes,
             world: self.b.world,

@@ -42,25 +42,70 @@ pub(crate) enum Move {
     /// `len` bytes at `src_at` of this rank's `src` to `dst_at` of every rank's `dst` (nothing
     /// where both are the same memory: the in-place AllGather's own part).
     Push { src_at: u64, dst_at: u64, len: u64 },
+    /// `len` bytes at `src_at` of `peer`'s `src` to `dst_at` of every rank's `dst`: a slice of
+    /// another rank's part, when the ranks share the parts out evenly.
+    Spread {
+        peer: u32,
+        src_at: u64,
+        dst_at: u64,
+        len: u64,
+    },
     /// The reduction over ranks `0..world`, in order, of `len` bytes at `src_at` of every
-    /// rank's `src`, into `dst_at` of this rank's `dst` and, when `everywhere`, of every rank's.
+    /// rank's `src`, into `dst_at` of the output `into` names.
     Reduce {
         src_at: u64,
         dst_at: u64,
         len: u64,
-        everywhere: bool,
+        into: Output,
     },
+}
+
+/// Whose `dst` a reduction is stored into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// This rank's.
+    Own,
+    /// Every rank's (AllReduce, each rank its own shard).
+    Every,
+    /// That rank's (a slice of its part, when the ranks share the parts out evenly).
+    Rank(u32),
+}
+
+/// Which of the peers' buffers a one-pass call may touch: every rank's `src` (`reads`) and
+/// every rank's `dst` (`writes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reach {
+    pub(crate) reads: bool,
+    pub(crate) writes: bool,
+}
+
+/// Where the bytes of `part` (offset and length in a layout of `total` bytes) lie inside rank
+/// `me`'s even slice of it (`world` nearly equal slices in 16-byte units), as offset and
+/// length in the layout; length 0 when they miss it. The ranks share out uneven parts (the V
+/// forms' counts) this way, each moving its slice whoever owns it.
+#[inline(always)]
+pub(crate) fn even_slice(me: u32, world: u32, total: u64, part: (u64, u64)) -> (u64, u64) {
+    let (lo, n) = split_bytes(total as usize, 16, world as usize, me as usize);
+    let (lo, hi) = (lo as u64, (lo + n) as u64);
+    let (at, len) = part;
+    let from = if at > lo { at } else { lo };
+    let end = at + len;
+    let to = if end < hi { end } else { hi };
+    if from < to {
+        (from, to - from)
+    } else {
+        (at, 0)
+    }
 }
 
 /// One rank's moves in a one-pass call: what a collective's layouts mean over symmetric
 /// buffers. A peer's offsets must be computable by this rank, which holds for the fixed-size
-/// layouts (every rank's parts lie alike). `writes_peers`: every rank's `dst` is symmetric and
-/// the call writes the peers' outputs (an AllGather then pushes rather than pulls).
+/// layouts and for AllGatherV's and ReduceScatterV's (every rank holds the same counts).
 pub(crate) trait OnePass {
     /// Moves of this rank.
-    fn moves(&self, writes_peers: bool) -> u32;
+    fn moves(&self, reach: Reach) -> u32;
     /// Move `j`.
-    fn pass(&self, j: u32, writes_peers: bool) -> Move;
+    fn pass(&self, j: u32, reach: Reach) -> Move;
 }
 
 /// Every rank's copy of one symmetric buffer, as this rank addresses them, and where the call's
@@ -139,10 +184,14 @@ impl Symmetric {
         // SAFETY (both): forwarded contract.
         let src = || unsafe { Peers::of(args.src_peers, rank, args.src as u64) };
         let dst = || unsafe { Peers::of(args.dst_peers, rank, args.dst as u64) };
+        // The tables a kind must have, and the ones it may have (then used, so checked).
         let (reads, writes) = match kind {
             CollectiveKind::AllReduce => (true, true),
             CollectiveKind::AllGather | CollectiveKind::AllGatherV if !args.dst_peers.is_null() => {
-                (false, true)
+                (!args.src_peers.is_null(), true)
+            }
+            CollectiveKind::ReduceScatter | CollectiveKind::ReduceScatterV => {
+                (true, !args.dst_peers.is_null())
             }
             _ => (true, false),
         };
@@ -177,24 +226,27 @@ impl Symmetric {
         self.word
     }
 
-    /// Whether the call writes the peers' outputs.
+    /// Which of the peers' buffers the call touches.
     #[inline(always)]
-    pub(crate) const fn writes_peers(&self) -> bool {
-        self.dst.is_some()
+    pub(crate) const fn reach(&self) -> Reach {
+        Reach {
+            reads: self.src.is_some(),
+            writes: self.dst.is_some(),
+        }
     }
 }
 
 /// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's own are
 /// `src` and `dst`), reducing with `reducer`, between the entry and exit meetings (see the
 /// module docs). Every block takes an even, 16-byte-aligned slice of every move; a push or a
-/// reduction `everywhere` loads each byte once and stores it into every rank's output
+/// reduction into every rank's output loads each byte once and stores it into every output
 /// ([`Atom::copy_to_all`], [`Atom::reduce_to_all`]).
 ///
 /// # Safety
 /// The peers' buffers hold what the moves address (every rank checked its own before
 /// arriving, and the digest says they all made this call on these buffers); the moves need
-/// the tables `sym` has (pulls and reductions every rank's `src`, pushes and reductions
-/// `everywhere` every rank's `dst`); `smem` as [`Atom::copy`] needs; every thread of every
+/// the tables `sym` has (pulls, spreads and reductions every rank's `src`; pushes, spreads and
+/// reductions into other ranks' outputs every rank's `dst`); `smem` as [`Atom::copy`] needs; every thread of every
 /// block of the call calls.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
@@ -230,9 +282,9 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
             }
             n
         };
-    let writes = sym.writes_peers();
-    for j in 0..moves.moves(writes) {
-        match moves.pass(j, writes) {
+    let reach = sym.reach();
+    for j in 0..moves.moves(reach) {
+        match moves.pass(j, reach) {
             Move::Pull {
                 peer,
                 src_at,
@@ -275,11 +327,36 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     )
                 };
             }
+            Move::Spread {
+                peer,
+                src_at,
+                dst_at,
+                len,
+            } => {
+                let (Some(inputs), Some(peers), (at, n)) = (sym.src, sym.dst, share(len)) else {
+                    continue;
+                };
+                // SAFETY: `peer < world`; the slice lies inside `peer`'s part of its `src`.
+                let from = unsafe { inputs.at(peer, src_at + at) };
+                let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
+                let count = every_rank(peers, dst_at + at, from, &mut outputs);
+                // SAFETY: the slice lies inside `peer`'s `src` and inside every rank's `dst`,
+                // alike on every rank; no output is the input (left out above).
+                unsafe {
+                    transfer::copy_to_all::<A>(
+                        Coop::block(),
+                        &outputs[..count],
+                        from,
+                        n as usize,
+                        smem,
+                    )
+                };
+            }
             Move::Reduce {
                 src_at,
                 dst_at,
                 len,
-                everywhere,
+                into,
             } => {
                 let (Some(inputs), (at, n)) = (sym.src, share(len)) else {
                     continue;
@@ -290,9 +367,14 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     *s = unsafe { inputs.at(p as u32, src_at + at) };
                 }
                 let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
-                let count = match (everywhere, sym.dst) {
-                    (true, Some(peers)) => {
+                let count = match (into, sym.dst) {
+                    (Output::Every, Some(peers)) => {
                         every_rank(peers, dst_at + at, core::ptr::null(), &mut outputs)
+                    }
+                    (Output::Rank(q), Some(peers)) => {
+                        // SAFETY: `q < world` (a part's owner).
+                        outputs[0] = unsafe { peers.at(q, dst_at + at) };
+                        1
                     }
                     _ => {
                         outputs[0] = dst.wrapping_add((dst_at + at) as usize);

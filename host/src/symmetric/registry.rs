@@ -72,7 +72,9 @@ impl Registry {
     /// buffers: AllReduce `src` and `dst`; AllGather(V) `dst` (it pushes), else `src` (it pulls;
     /// not in place: an AllGather's `src` is not this rank's part of `dst` at byte `part`, an
     /// AllGatherV's does not overlap `dst`, whose parts only the device knows);
-    /// ReduceScatter(V) and AllToAll `src`. Other calls stay ordinary, AllToAllV too (a rank
+    /// ReduceScatter(V) and AllToAll `src`. AllGatherV and ReduceScatterV whose `src` and `dst`
+    /// are both symmetric and apart get both tables: the ranks then share uneven parts out
+    /// evenly. Other calls stay ordinary, AllToAllV too (a rank
     /// cannot compute where its part lies in a peer's buffers). The ranges may start anywhere
     /// in their buffers, at the same offset on every rank (the device compares the offsets).
     pub(crate) fn mark(
@@ -92,6 +94,16 @@ impl Registry {
                     args.buffers = s.id as u64 | (d.id as u64) << 32;
                 }
             }
+            // AllGatherV onto symmetric outputs from symmetric inputs (not in place): the ranks
+            // share the output out evenly, each copying its slice from the parts' owners.
+            CollectiveKind::AllGatherV
+                if let (Some(d), Some(s), false) =
+                    (self.find(dst), self.find(src), overlap(src, dst)) =>
+            {
+                args.src_peers = table(s);
+                args.dst_peers = table(d);
+                args.buffers = s.id as u64 | (d.id as u64) << 32;
+            }
             // Symmetric outputs: every rank pushes its part into every output (in place too).
             CollectiveKind::AllGather | CollectiveKind::AllGatherV
                 if let Some(d) = self.find(dst) =>
@@ -102,6 +114,16 @@ impl Registry {
             // In place on ordinary outputs: nothing to pull from.
             CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {}
             CollectiveKind::AllGatherV if overlap(src, dst) => {}
+            // ReduceScatterV into symmetric outputs (not in place): the ranks share the parts
+            // out evenly, each reducing its slice into the parts' owners' outputs.
+            CollectiveKind::ReduceScatterV
+                if let (Some(s), Some(d), false) =
+                    (self.find(src), self.find(dst), overlap(src, dst)) =>
+            {
+                args.src_peers = table(s);
+                args.dst_peers = table(d);
+                args.buffers = s.id as u64 | (d.id as u64) << 32;
+            }
             CollectiveKind::AllGather
             | CollectiveKind::AllGatherV
             | CollectiveKind::ReduceScatter
@@ -185,7 +207,28 @@ mod tests {
         }
         let mut v = args();
         r.mark(CollectiveKind::AllGatherV, src, dst, 0, &mut v);
-        assert_eq!((v.dst_peers as u64, v.buffers), (0x9100, 2 << 32));
+        assert_eq!((v.src_peers as u64, v.dst_peers as u64), (0x9000, 0x9100));
+        assert_eq!(v.buffers, 1 | (2 << 32));
+        let mut push = args();
+        r.mark(CollectiveKind::AllGatherV, plain, dst, 0, &mut push);
+        assert_eq!((push.dst_peers as u64, push.buffers), (0x9100, 2 << 32));
+        assert!(push.src_peers.is_null());
+        let mut both = args();
+        r.mark(CollectiveKind::ReduceScatterV, src, dst, 0, &mut both);
+        assert_eq!(
+            (both.src_peers as u64, both.dst_peers as u64),
+            (0x9000, 0x9100)
+        );
+        let mut inside = args();
+        r.mark(
+            CollectiveKind::ReduceScatterV,
+            src,
+            Span::new(0x1040, 64),
+            0,
+            &mut inside,
+        );
+        assert_eq!((inside.src_peers as u64, inside.buffers), (0x9000, 1));
+        assert!(inside.dst_peers.is_null());
         let mut pull = args();
         r.mark(CollectiveKind::AllGatherV, src, plain, 0, &mut pull);
         assert_eq!((pull.src_peers as u64, pull.buffers), (0x9000, 1));
