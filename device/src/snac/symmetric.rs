@@ -165,10 +165,12 @@ impl Symmetric {
     /// ordinary buffers, [`SnacArgs::buffers`] 0, or an AllToAllV, whose layouts do not let a
     /// rank compute where its part lies in a peer's buffers). What the collective touches on
     /// the peers must be symmetric: AllReduce `src` and `dst`; AllGather(V) `dst` (it pushes
-    /// its part into every output, in place too) or else `src` (every rank pulls);
-    /// ReduceScatter(V) and AllToAll `src`. Refused ([`Refusal::SymmetricBuffers`]) when such a
-    /// table is missing or does not hold the buffer the call's address lies in at `rank`: a
-    /// rank must never take another rank's buffer for its own.
+    /// its part into every output, in place too; with a `src` table as well the ranks share
+    /// the output out evenly) or else `src` (every rank pulls); ReduceScatter(V) `src` (with a
+    /// `dst` table as well the ranks share the parts out evenly); AllToAll `src`. Refused
+    /// ([`Refusal::SymmetricBuffers`]) when a table the call uses is missing or does not hold
+    /// the buffer the call's address lies in at `rank`: a rank must never take another rank's
+    /// buffer for its own.
     ///
     /// # Safety
     /// Non-null tables hold `world > rank` addresses.
@@ -246,8 +248,8 @@ impl Symmetric {
 /// The peers' buffers hold what the moves address (every rank checked its own before
 /// arriving, and the digest says they all made this call on these buffers); the moves need
 /// the tables `sym` has (pulls, spreads and reductions every rank's `src`; pushes, spreads and
-/// reductions into other ranks' outputs every rank's `dst`); `smem` as [`Atom::copy`] needs; every thread of every
-/// block of the call calls.
+/// reductions into other ranks' outputs every rank's `dst`); `smem` as [`Atom::copy`] needs;
+/// every thread of every block of the call calls.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
