@@ -286,7 +286,8 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
         };
     let reach = sym.reach();
     for j in 0..moves.moves(reach) {
-        match moves.pass(j, reach) {
+        let step = moves.pass(j, reach);
+        match step {
             Move::Pull {
                 peer,
                 src_at,
@@ -310,40 +311,29 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                 src_at,
                 dst_at,
                 len,
+            }
+            | Move::Spread {
+                src_at,
+                dst_at,
+                len,
+                ..
             } => {
                 let (Some(peers), (at, n)) = (sym.dst, share(len)) else {
                     continue;
                 };
-                let from = src.wrapping_add((src_at + at) as usize);
+                let from = match (step, sym.src) {
+                    // SAFETY: `peer < world`; the slice lies inside `peer`'s part of its `src`.
+                    (Move::Spread { peer, .. }, Some(inputs)) => unsafe {
+                        inputs.at(peer, src_at + at)
+                    },
+                    (Move::Spread { .. }, None) => continue,
+                    _ => src.wrapping_add((src_at + at) as usize),
+                };
                 let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
                 let count = every_rank(peers, dst_at + at, from, &mut outputs);
-                // SAFETY: the slice lies inside this rank's `src` and inside every rank's
-                // `dst`, alike on every rank; no output is the input (left out above).
-                unsafe {
-                    transfer::copy_to_all::<A>(
-                        Coop::block(),
-                        &outputs[..count],
-                        from,
-                        n as usize,
-                        smem,
-                    )
-                };
-            }
-            Move::Spread {
-                peer,
-                src_at,
-                dst_at,
-                len,
-            } => {
-                let (Some(inputs), Some(peers), (at, n)) = (sym.src, sym.dst, share(len)) else {
-                    continue;
-                };
-                // SAFETY: `peer < world`; the slice lies inside `peer`'s part of its `src`.
-                let from = unsafe { inputs.at(peer, src_at + at) };
-                let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
-                let count = every_rank(peers, dst_at + at, from, &mut outputs);
-                // SAFETY: the slice lies inside `peer`'s `src` and inside every rank's `dst`,
-                // alike on every rank; no output is the input (left out above).
+                // SAFETY: the slice lies inside its owner's `src` (this rank's for a push) and
+                // inside every rank's `dst`, alike on every rank; no output is the input (left
+                // out above).
                 unsafe {
                     transfer::copy_to_all::<A>(
                         Coop::block(),

@@ -94,11 +94,11 @@ impl Registry {
                     args.buffers = s.id as u64 | (d.id as u64) << 32;
                 }
             }
-            // AllGatherV onto symmetric outputs from symmetric inputs (not in place): the ranks
-            // share the output out evenly, each copying its slice from the parts' owners.
-            CollectiveKind::AllGatherV
-                if let (Some(d), Some(s), false) =
-                    (self.find(dst), self.find(src), overlap(src, dst)) =>
+            // AllGatherV / ReduceScatterV with symmetric inputs and outputs (not in place): the
+            // ranks share the parts out evenly, each moving its slice from or to the owners.
+            CollectiveKind::AllGatherV | CollectiveKind::ReduceScatterV
+                if let (Some(s), Some(d), false) =
+                    (self.find(src), self.find(dst), overlap(src, dst)) =>
             {
                 args.src_peers = table(s);
                 args.dst_peers = table(d);
@@ -114,16 +114,6 @@ impl Registry {
             // In place on ordinary outputs: nothing to pull from.
             CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {}
             CollectiveKind::AllGatherV if overlap(src, dst) => {}
-            // ReduceScatterV into symmetric outputs (not in place): the ranks share the parts
-            // out evenly, each reducing its slice into the parts' owners' outputs.
-            CollectiveKind::ReduceScatterV
-                if let (Some(s), Some(d), false) =
-                    (self.find(src), self.find(dst), overlap(src, dst)) =>
-            {
-                args.src_peers = table(s);
-                args.dst_peers = table(d);
-                args.buffers = s.id as u64 | (d.id as u64) << 32;
-            }
             CollectiveKind::AllGather
             | CollectiveKind::AllGatherV
             | CollectiveKind::ReduceScatter
