@@ -105,7 +105,12 @@ macro_rules! element {
                 let mut out = [0.0f32; $lanes];
                 let mut i = 0;
                 while i < $lanes {
-                    out[i] = Self::from_bits_u32(((v >> (i * $bits)) as $uint) as u32).to_f32();
+                    // The trait's conversion, not an inherent one of the same name (`half`'s
+                    // `bf16::to_f32` is software NaN quieting, `f16::to_f32` a software
+                    // conversion where the trait's is one `cvt`).
+                    out[i] = <Self as Element>::to_f32(Self::from_bits_u32(
+                        ((v >> (i * $bits)) as $uint) as u32,
+                    ));
                     i += 1;
                 }
                 out
@@ -115,7 +120,8 @@ macro_rules! element {
                 let mut v = 0u128;
                 let mut i = 0;
                 while i < $lanes {
-                    v |= ((Self::from_f32(lanes[i]).to_bits_u32() as $uint) as u128) << (i * $bits);
+                    let narrow = <Self as Element>::from_f32(lanes[i]);
+                    v |= ((narrow.to_bits_u32() as $uint) as u128) << (i * $bits);
                     i += 1;
                 }
                 v
@@ -273,6 +279,31 @@ element! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every bit pattern of a 16-bit type, through the vector path and the scalar one.
+    fn vector_and_scalar_agree<T: Element>() {
+        for base in (0..=u16::MAX as u32).step_by(8) {
+            let mut v = 0u128;
+            for i in 0..8 {
+                v |= ((base + i) as u128) << (16 * i);
+            }
+            let lanes = T::unpack(v);
+            for (i, lane) in lanes.as_ref().iter().enumerate() {
+                let scalar = T::from_bits_u32(base + i as u32).to_f32();
+                assert_eq!(lane.to_bits(), scalar.to_bits(), "bits {:#06x}", base + i as u32);
+            }
+            let scalar: u128 = (0..8)
+                .map(|i| (T::from_f32(lanes.as_ref()[i]).to_bits_u32() as u128) << (16 * i))
+                .fold(0, |a, b| a | b);
+            assert_eq!(T::pack(lanes), scalar, "bits {base:#06x}..");
+        }
+    }
+
+    #[test]
+    fn vectors_convert_like_scalars_for_every_16_bit_pattern() {
+        vector_and_scalar_agree::<bf16>();
+        vector_and_scalar_agree::<f16>();
+    }
 
     #[test]
     fn e4m3_round_trips_every_finite_code() {
