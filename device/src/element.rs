@@ -290,7 +290,12 @@ mod tests {
             let lanes = T::unpack(v);
             for (i, lane) in lanes.as_ref().iter().enumerate() {
                 let scalar = T::from_bits_u32(base + i as u32).to_f32();
-                assert_eq!(lane.to_bits(), scalar.to_bits(), "bits {:#06x}", base + i as u32);
+                assert_eq!(
+                    lane.to_bits(),
+                    scalar.to_bits(),
+                    "bits {:#06x}",
+                    base + i as u32
+                );
             }
             let scalar: u128 = (0..8)
                 .map(|i| (T::from_f32(lanes.as_ref()[i]).to_bits_u32() as u128) << (16 * i))
