@@ -142,9 +142,17 @@ fn check_copy<A: Atom>(threads: u32) {
     }
 }
 
-fn check_reduce<A: Atom>(threads: u32, dtypes: &[DataType], ops: &[ReduceOpKind], sizes: &[usize]) {
+/// Source counts the reduce cases take in turn: one, the general loop's odd counts, and sixteen.
+const SOURCE_COUNTS: [usize; 5] = [1, 2, 3, 7, 16];
+
+fn check_reduce<A: Atom>(
+    threads: u32,
+    dtypes: &[DataType],
+    ops: &[ReduceOpKind],
+    sizes: &[usize],
+    source_counts: &[usize],
+) {
     let mut rng = fresh_rng(&format!("reduce {} x{threads}", A::NAME));
-    let source_counts = [1usize, 2, 3, 7, 16];
     let mut case = 0;
     for &dtype in dtypes {
         for &op in ops {
@@ -222,7 +230,7 @@ fn host_atom_copies_every_size() {
 
 #[test]
 fn host_atom_reduces_every_type_op_and_size() {
-    check_reduce::<Host>(1, &DataType::ALL, &OPS, &SIZES);
+    check_reduce::<Host>(1, &DataType::ALL, &OPS, &SIZES, &SOURCE_COUNTS);
 }
 
 #[test]
@@ -240,29 +248,52 @@ fn gpu_atom_datapaths_copy_on_cpu_threads() {
 #[test]
 fn gpu_atom_datapaths_reduce_on_cpu_threads() {
     let small = &SIZES[..6];
-    check_reduce::<Sm70>(1, &DataType::ALL, &OPS, small);
-    check_reduce::<Sm80>(1, &DataType::ALL, &OPS, small);
-    check_reduce::<Sm90>(1, &DataType::ALL, &OPS, small);
+    check_reduce::<Sm70>(1, &DataType::ALL, &OPS, small, &SOURCE_COUNTS);
+    check_reduce::<Sm80>(1, &DataType::ALL, &OPS, small, &SOURCE_COUNTS);
+    check_reduce::<Sm90>(1, &DataType::ALL, &OPS, small, &SOURCE_COUNTS);
     // Sizes past a block's whole ring, several types and operators.
     check_reduce::<Sm90>(
         1,
         &[DataType::Bf16, DataType::F32, DataType::E5m2],
         &[ReduceOpKind::Sum, ReduceOpKind::Max],
         &SIZES,
+        &SOURCE_COUNTS,
     );
-    check_reduce::<Sm100>(1, &[DataType::Bf16], &OPS, small);
+    check_reduce::<Sm100>(1, &[DataType::Bf16], &OPS, small, &SOURCE_COUNTS);
     check_reduce::<Sm70>(
         3,
         &[DataType::F32, DataType::E4m3],
         &[ReduceOpKind::Sum],
         &SIZES,
+        &SOURCE_COUNTS,
     );
     check_reduce::<Sm80>(
         5,
         &[DataType::Bf16, DataType::F16],
         &[ReduceOpKind::Sum],
         &SIZES,
+        &SOURCE_COUNTS,
     );
+}
+
+/// Two, four and eight sources run the ring's written-out passes (`ring_reduce_unrolled` in
+/// `sm80.rs`) over the whole passes, then the general loop over the groups left: sizes that end
+/// on a pass, a group or an element past either, for one thread and for several (whose vectors
+/// interleave), every type.
+#[test]
+fn ring_reduces_two_four_and_eight_sources_in_whole_passes_then_the_rest() {
+    // One thread: a pass is 16 vectors (two sources) down to 2 (eight). Five threads: 80 to 10.
+    let sizes = [4096, 4097, 1280 * 16 + 160, 12_289];
+    for threads in [1, 5] {
+        check_reduce::<Sm80>(
+            threads,
+            &DataType::ALL,
+            &[ReduceOpKind::Sum, ReduceOpKind::Max],
+            &sizes,
+            &[2, 4, 8],
+        );
+    }
+    check_reduce::<Sm90>(1, &[DataType::Bf16], &OPS, &sizes, &[8, 4, 2]);
 }
 
 /// Several whole "blocks" (one CPU thread each, or a few) sharing one range through
