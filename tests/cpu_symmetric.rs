@@ -16,7 +16,7 @@ use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
 use purlin_device::op::ReduceOpKind;
 use purlin_device::snac::{
-    CollectiveKind, DigestField, FaultKind, Plan, Refusal, Runtime, SnacArgs,
+    CollectiveKind, DigestField, Fault, FaultKind, Plan, Refusal, Runtime, SnacArgs,
 };
 use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
 use rand::RngExt;
@@ -72,6 +72,36 @@ fn poisoned(bytes: usize) -> Buffer {
     b
 }
 
+fn poisoned_per_rank(world: usize, bytes: usize) -> Vec<Buffer> {
+    (0..world).map(|_| poisoned(bytes)).collect()
+}
+
+/// One buffer per input, holding it.
+fn buffers(inputs: &[Vec<u8>]) -> Vec<Buffer> {
+    inputs.iter().map(|i| Buffer::from_slice(i)).collect()
+}
+
+/// `counts` once for each of `world` ranks (every rank passes the same V counts).
+fn counts_per_rank(world: usize, counts: &[u64]) -> Vec<Buffer> {
+    (0..world).map(|_| Buffer::from_slice(counts)).collect()
+}
+
+/// Asserts that every buffer of `got` holds `want`.
+fn check_everywhere(what: &str, got: &[Buffer], want: &[u8]) {
+    for (r, d) in got.iter().enumerate() {
+        assert!(d.bytes() == want, "{what}, rank {r}");
+    }
+}
+
+/// What an AllToAll of `n`-byte parts leaves on rank `r`: part `r` of every input, in rank
+/// order.
+fn all_to_all_part(inputs: &[Vec<u8>], r: usize, n: usize) -> Vec<u8> {
+    inputs
+        .iter()
+        .flat_map(|i| i[r * n..(r + 1) * n].to_vec())
+        .collect()
+}
+
 fn random_bytes(rng: &mut SmallRng, n: usize) -> Vec<u8> {
     (0..n).map(|_| rng.random::<u8>()).collect()
 }
@@ -107,142 +137,182 @@ fn shape(rng: &mut SmallRng, world: u32) -> (u32, u32) {
     (rng.random_range(1..=3), threads)
 }
 
-#[test]
-fn all_reduce_over_symmetric_buffers() {
-    let mut rng = fresh_rng("all_reduce_over_symmetric_buffers");
+/// One call of a reduction test: the world, type, operator and count, and the shape drawn
+/// for it.
+struct Reduction {
+    world: u32,
+    dtype: DataType,
+    op: ReduceOpKind,
+    count: usize,
+    blocks: u32,
+    threads: u32,
+}
+
+impl Reduction {
+    /// The bytes of `count` elements.
+    fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+
+    /// The launch of `kind` moving [`Self::bytes`] per part.
+    fn launch(&self, kind: CollectiveKind) -> Launch {
+        launch(kind, self.bytes() as u64, self.blocks, self.threads).typed(self.dtype, self.op)
+    }
+
+    /// `world` random inputs of `count` elements each.
+    fn inputs(&self, rng: &mut SmallRng, count: usize) -> Vec<Vec<u8>> {
+        (0..self.world)
+            .map(|_| random_elements(rng, self.dtype, self.op, count))
+            .collect()
+    }
+
+    /// Checks every rank's output in `dst` against the reduction of `parts(rank)`.
+    fn check<'a>(&self, what: &str, dst: &[Buffer], parts: impl Fn(usize) -> Vec<&'a [u8]>) {
+        for (r, d) in dst.iter().enumerate() {
+            let what = format!("{what}, rank {r}");
+            check_reduced(&what, self.dtype, self.op, &parts(r), &d.bytes());
+        }
+    }
+}
+
+impl std::fmt::Display for Reduction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "world {} {:?} {:?} {} elements, {} blocks x {}",
+            self.world, self.dtype, self.op, self.count, self.blocks, self.threads
+        )
+    }
+}
+
+/// Runs `call` on the symmetric communicator of every world, for every element type, operator
+/// and count of the reduction tests.
+fn for_every_reduction(
+    rng: &mut SmallRng,
+    mut call: impl FnMut(&mut SmallRng, &Communicator, &Reduction),
+) {
     for world in WORLDS {
         let comm = communicator(world, true);
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
-                for count in counts(&mut rng, dtype.size(), world, large(dtype, op)) {
-                    let bytes = count * dtype.size();
-                    let (blocks, threads) = shape(&mut rng, world);
-                    let l = launch(CollectiveKind::AllReduce, bytes as u64, blocks, threads)
-                        .typed(dtype, op);
-                    let inputs: Vec<Vec<u8>> = (0..world)
-                        .map(|_| random_elements(&mut rng, dtype, op, count))
-                        .collect();
-                    let in_place = rng.random_bool(0.3);
-                    let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
-                    let dst: Vec<Buffer> = if in_place {
-                        src.iter().map(|b| Buffer::from_slice(&b.bytes())).collect()
-                    } else {
-                        (0..world).map(|_| poisoned(bytes)).collect()
+                for count in counts(rng, dtype.size(), world, large(dtype, op)) {
+                    let (blocks, threads) = shape(rng, world);
+                    let case = Reduction {
+                        world,
+                        dtype,
+                        op,
+                        count,
+                        blocks,
+                        threads,
                     };
-                    let what = format!(
-                        "all_reduce world {world} {dtype:?} {op:?} {count} elements, {blocks} \
-                         blocks x {threads}, in place {in_place}"
-                    );
-                    let srcs = if in_place { &dst } else { &src };
-                    comm.run(&l, srcs, &dst, None)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    let parts: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-                    for (r, d) in dst.iter().enumerate() {
-                        check_reduced(&format!("{what}, rank {r}"), dtype, op, &parts, &d.bytes());
-                    }
+                    call(rng, &comm, &case);
                 }
             }
         }
     }
+}
+
+/// Runs `call` for every world of [`WORLDS`] on a symmetric communicator and an ordinary one.
+fn for_every_world(mut call: impl FnMut(u32, &Communicator, &Communicator)) {
+    for world in WORLDS {
+        call(
+            world,
+            &communicator(world, true),
+            &communicator(world, false),
+        );
+    }
+}
+
+#[test]
+fn all_reduce_over_symmetric_buffers() {
+    let mut rng = fresh_rng("all_reduce_over_symmetric_buffers");
+    for_every_reduction(&mut rng, |rng, comm, c| {
+        let inputs = c.inputs(rng, c.count);
+        let in_place = rng.random_bool(0.3);
+        let src = buffers(&inputs);
+        let dst: Vec<Buffer> = if in_place {
+            src.iter().map(|b| Buffer::from_slice(&b.bytes())).collect()
+        } else {
+            poisoned_per_rank(c.world as usize, c.bytes())
+        };
+        let what = format!("all_reduce {c}, in place {in_place}");
+        let srcs = if in_place { &dst } else { &src };
+        comm.run(&c.launch(CollectiveKind::AllReduce), srcs, &dst, None)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        c.check(&what, &dst, |_| {
+            inputs.iter().map(|v| v.as_slice()).collect()
+        });
+    });
 }
 
 #[test]
 fn reduce_scatter_over_symmetric_buffers() {
     let mut rng = fresh_rng("reduce_scatter_over_symmetric_buffers");
-    for world in WORLDS {
-        let comm = communicator(world, true);
-        for dtype in DataType::ALL {
-            for op in ReduceOpKind::ALL {
-                for count in counts(&mut rng, dtype.size(), world, large(dtype, op)) {
-                    let n = count * dtype.size();
-                    let (blocks, threads) = shape(&mut rng, world);
-                    let l = launch(CollectiveKind::ReduceScatter, n as u64, blocks, threads)
-                        .typed(dtype, op);
-                    let inputs: Vec<Vec<u8>> = (0..world)
-                        .map(|_| random_elements(&mut rng, dtype, op, count * world as usize))
-                        .collect();
-                    let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
-                    let dst: Vec<Buffer> = (0..world).map(|_| poisoned(n)).collect();
-                    let what = format!(
-                        "reduce_scatter world {world} {dtype:?} {op:?} {count} elements, \
-                         {blocks} blocks x {threads}"
-                    );
-                    comm.run(&l, &src, &dst, None)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    for (r, d) in dst.iter().enumerate() {
-                        let parts: Vec<&[u8]> =
-                            inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
-                        check_reduced(&format!("{what}, rank {r}"), dtype, op, &parts, &d.bytes());
-                    }
-                }
-            }
-        }
-    }
+    for_every_reduction(&mut rng, |rng, comm, c| {
+        let n = c.bytes();
+        let inputs = c.inputs(rng, c.count * c.world as usize);
+        let dst = poisoned_per_rank(c.world as usize, n);
+        let what = format!("reduce_scatter {c}");
+        comm.run(
+            &c.launch(CollectiveKind::ReduceScatter),
+            &buffers(&inputs),
+            &dst,
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        c.check(&what, &dst, |r| {
+            inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect()
+        });
+    });
 }
 
 #[test]
 fn all_gather_and_all_to_all_over_symmetric_buffers() {
     let mut rng = fresh_rng("all_gather_and_all_to_all_over_symmetric_buffers");
-    for world in WORLDS {
-        let comm = communicator(world, true);
-        let plain = communicator(world, false);
+    for_every_world(|world, comm, plain| {
         let w = world as usize;
         for n in counts(&mut rng, 1, world, true) {
             let (blocks, threads) = shape(&mut rng, world);
             // AllGather: every rank's part in rank order, everywhere.
             let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n)).collect();
-            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
-            let dst: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+            let src = buffers(&inputs);
+            let dst = poisoned_per_rank(w, n * w);
             let l = launch(CollectiveKind::AllGather, n as u64, blocks, threads);
             comm.run(&l, &src, &dst, None)
                 .unwrap_or_else(|e| panic!("all_gather world {world} {n} B: {e}"));
             let want = inputs.concat();
-            for (r, d) in dst.iter().enumerate() {
-                assert!(
-                    d.bytes() == want,
-                    "all_gather world {world} {n} B, rank {r}"
-                );
-            }
+            check_everywhere(&format!("all_gather world {world} {n} B"), &dst, &want);
             // The same onto ordinary outputs: every rank pulls from the peers' inputs.
             let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
-            let pulled: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+            let pulled = poisoned_per_rank(w, n * w);
             let args = |rank: u32| {
                 let r = rank as usize;
                 let mut a = SnacArgs::new(pulled[r].as_mut_ptr(), src[r].as_ptr(), n as u64, 2);
                 (a.src_peers, a.buffers) = (table.as_ptr(), 3);
                 a
             };
+            let what = format!("all_gather pulled world {world} {n} B");
             // SAFETY: every input holds n bytes and every output world × n; the table names
             // every input; every rank makes the same call.
-            launch_all(&plain, args, |a, ctx| unsafe {
+            launch_ok(&what, plain, args, |a, ctx| unsafe {
                 collective::all_gather::<Host, Runtime>(a, ctx)
-            })
-            .unwrap_or_else(|e| panic!("all_gather pulled world {world} {n} B: {e}"));
-            for (r, d) in pulled.iter().enumerate() {
-                assert!(
-                    d.bytes() == want,
-                    "all_gather pulled world {world} {n} B, rank {r}"
-                );
-            }
+            });
+            check_everywhere(&what, &pulled, &want);
             // AllToAll: part r of every rank's input, in rank order, on rank r.
             let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n * w)).collect();
-            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
-            let dst: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+            let src = buffers(&inputs);
+            let dst = poisoned_per_rank(w, n * w);
             let l = launch(CollectiveKind::AllToAll, n as u64, blocks, threads);
             comm.run(&l, &src, &dst, None)
                 .unwrap_or_else(|e| panic!("all_to_all world {world} {n} B: {e}"));
             for (r, d) in dst.iter().enumerate() {
-                let want: Vec<u8> = inputs
-                    .iter()
-                    .flat_map(|i| i[r * n..(r + 1) * n].to_vec())
-                    .collect();
                 assert!(
-                    d.bytes() == want,
+                    d.bytes() == all_to_all_part(&inputs, r, n),
                     "all_to_all world {world} {n} B, rank {r}"
                 );
             }
         }
-    }
+    });
 }
 
 /// Runs `call(args, ctx)` on every rank of `comm` (2 blocks of 64 threads) with `args(rank)`
@@ -257,6 +327,16 @@ fn launch_all(
         (a.blocks, a.block, a.smem, a.plan) = (2, block, smem, plan());
         call(&a, &ctx);
     })
+}
+
+/// [`launch_all`] of a call that must succeed.
+fn launch_ok(
+    what: &str,
+    comm: &Communicator,
+    args: impl Fn(u32) -> SnacArgs + Sync,
+    call: impl Fn(&SnacArgs, &purlin_device::context::Context) + Sync,
+) {
+    launch_all(comm, args, call).unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
 /// In place: AllGather's input is the rank's part of its output (the table names the
@@ -285,24 +365,19 @@ fn in_place_over_symmetric_buffers() {
                 (a.dst_peers, a.buffers) = (outputs.as_ptr(), 5 << 32);
                 a
             };
+            let what = format!("all_gather in place world {world} {n} B");
             // SAFETY: every output holds `world × n` bytes, each input is its rank's part of
             // it, the table names every output; every rank makes the same call.
-            launch_all(&comm, args, |a, ctx| unsafe {
+            launch_ok(&what, &comm, args, |a, ctx| unsafe {
                 collective::all_gather::<Host, Runtime>(a, ctx)
-            })
-            .unwrap_or_else(|e| panic!("all_gather in place world {world} {n} B: {e}"));
-            for (r, d) in dst.iter().enumerate() {
-                assert!(
-                    d.bytes() == gathered,
-                    "all_gather in place world {world} {n} B rank {r}"
-                );
-            }
+            });
+            check_everywhere(&what, &dst, &gathered);
             // ReduceScatter of f32 sums: rank r's output is part r of its input.
             let count = n / 4;
             let inputs: Vec<Vec<u8>> = (0..w)
                 .map(|_| random_elements(&mut rng, DataType::F32, ReduceOpKind::Sum, count * w))
                 .collect();
-            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let src = buffers(&inputs);
             let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
             let args = |rank: u32| {
                 let s = &src[rank as usize];
@@ -312,10 +387,14 @@ fn in_place_over_symmetric_buffers() {
                 a
             };
             // SAFETY: as above, with the inputs in the table and each output inside its input.
-            launch_all(&comm, args, |a, ctx| unsafe {
-                collective::reduce_scatter_op::<Host, Runtime, f32>(a, ctx, ReduceOpKind::Sum)
-            })
-            .unwrap_or_else(|e| panic!("reduce_scatter in place world {world} {n} B: {e}"));
+            launch_ok(
+                &format!("reduce_scatter in place world {world} {n} B"),
+                &comm,
+                args,
+                |a, ctx| unsafe {
+                    collective::reduce_scatter_op::<Host, Runtime, f32>(a, ctx, ReduceOpKind::Sum)
+                },
+            );
             for (r, s) in src.iter().enumerate() {
                 let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[r * n..(r + 1) * n]).collect();
                 let got = s.bytes_at(r * n, n);
@@ -364,16 +443,12 @@ fn starts(counts: &[u64]) -> Vec<usize> {
 #[test]
 fn v_forms_over_symmetric_buffers() {
     let mut rng = fresh_rng("v_forms_over_symmetric_buffers");
-    for world in WORLDS {
-        let comm = communicator(world, true);
-        let plain = communicator(world, false);
+    for_every_world(|world, comm, plain| {
         let w = world as usize;
         for case in 0..6 {
             let (blocks, threads) = shape(&mut rng, world);
             let elem = [1usize, 2, 4][case % 3];
             let counts = v_counts(&mut rng, world, elem);
-            let counts_of =
-                || -> Vec<Buffer> { (0..w).map(|_| Buffer::from_slice(&counts)).collect() };
             let what =
                 format!("world {world} counts {counts:?} elem {elem}, {blocks} blocks x {threads}");
             let inputs: Vec<Vec<u8>> = counts
@@ -382,20 +457,18 @@ fn v_forms_over_symmetric_buffers() {
                 .collect();
             let want = inputs.concat();
             // AllGatherV pushing: every rank's part into every (symmetric) output.
-            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
-            let dst: Vec<Buffer> = (0..w).map(|_| poisoned(want.len())).collect();
+            let src = buffers(&inputs);
+            let dst = poisoned_per_rank(w, want.len());
             let mut l = launch(CollectiveKind::AllGatherV, 0, blocks, threads);
             l.elem_bytes = elem as u32;
-            comm.run(&l, &src, &dst, Some(&counts_of()))
+            comm.run(&l, &src, &dst, Some(&counts_per_rank(w, &counts)))
                 .unwrap_or_else(|e| panic!("all_gather_v {what}: {e}"));
-            for (r, d) in dst.iter().enumerate() {
-                assert!(d.bytes() == want, "all_gather_v {what}, rank {r}");
-            }
+            check_everywhere(&format!("all_gather_v {what}"), &dst, &want);
             // Pulling onto ordinary outputs, and pushing in place (each rank's part already in
             // its symmetric output).
             let at = starts(&counts);
             let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
-            let pulled: Vec<Buffer> = (0..w).map(|_| poisoned(want.len())).collect();
+            let pulled = poisoned_per_rank(w, want.len());
             let placed: Vec<Buffer> = (0..w)
                 .map(|r| {
                     let mut v = vec![POISON; want.len()];
@@ -424,17 +497,17 @@ fn v_forms_over_symmetric_buffers() {
                 };
                 // SAFETY: every input holds its count, every output the sum; the tables name
                 // every input (pull) or every output (in place); every rank makes the same call.
-                launch_all(&plain, args, |a, ctx| unsafe {
-                    collective::all_gather_v::<Host, Runtime>(a, ctx)
-                })
-                .unwrap_or_else(|e| panic!("all_gather_v in place {in_place} {what}: {e}"));
-                let got = if in_place { &placed } else { &pulled };
-                for (r, d) in got.iter().enumerate() {
-                    assert!(
-                        d.bytes() == want,
-                        "all_gather_v in place {in_place} {what}, rank {r}"
-                    );
-                }
+                launch_ok(
+                    &format!("all_gather_v in place {in_place} {what}"),
+                    plain,
+                    args,
+                    |a, ctx| unsafe { collective::all_gather_v::<Host, Runtime>(a, ctx) },
+                );
+                check_everywhere(
+                    &format!("all_gather_v in place {in_place} {what}"),
+                    if in_place { &placed } else { &pulled },
+                    &want,
+                );
             }
             // ReduceScatterV of a type and operator drawn for the case.
             let dtype = DataType::ALL[rng.random_range(0..DataType::ALL.len())];
@@ -446,24 +519,15 @@ fn v_forms_over_symmetric_buffers() {
             let inputs: Vec<Vec<u8>> = (0..w)
                 .map(|_| random_elements(&mut rng, dtype, op, total as usize))
                 .collect();
-            let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
+            let src = buffers(&inputs);
             let dst: Vec<Buffer> = counts
                 .iter()
                 .map(|&c| poisoned(c as usize * size))
                 .collect();
             let l = launch(CollectiveKind::ReduceScatterV, 0, blocks, threads).typed(dtype, op);
             let what = format!("reduce_scatter_v world {world} {dtype:?} {op:?} counts {counts:?}");
-            comm.run(
-                &l,
-                &src,
-                &dst,
-                Some(
-                    &(0..w)
-                        .map(|_| Buffer::from_slice(&counts))
-                        .collect::<Vec<_>>(),
-                ),
-            )
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            comm.run(&l, &src, &dst, Some(&counts_per_rank(w, &counts)))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             for (r, d) in dst.iter().enumerate() {
                 let part = at[r] * size..(at[r] + counts[r] as usize) * size;
                 let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[part.clone()]).collect();
@@ -476,28 +540,18 @@ fn v_forms_over_symmetric_buffers() {
         sent[..w].fill(n as u64);
         sent[w..].fill(n as u64);
         let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n * w)).collect();
-        let src: Vec<Buffer> = inputs.iter().map(|i| Buffer::from_slice(i)).collect();
-        let dst: Vec<Buffer> = (0..w).map(|_| poisoned(n * w)).collect();
+        let src = buffers(&inputs);
+        let dst = poisoned_per_rank(w, n * w);
         let l = launch(CollectiveKind::AllToAllV, 0, 2, 1);
-        comm.run(
-            &l,
-            &src,
-            &dst,
-            Some(
-                &(0..w)
-                    .map(|_| Buffer::from_slice(&sent))
-                    .collect::<Vec<_>>(),
-            ),
-        )
-        .unwrap_or_else(|e| panic!("all_to_all_v world {world}: {e}"));
+        comm.run(&l, &src, &dst, Some(&counts_per_rank(w, &sent)))
+            .unwrap_or_else(|e| panic!("all_to_all_v world {world}: {e}"));
         for (r, d) in dst.iter().enumerate() {
-            let want: Vec<u8> = inputs
-                .iter()
-                .flat_map(|i| i[r * n..(r + 1) * n].to_vec())
-                .collect();
-            assert!(d.bytes() == want, "all_to_all_v world {world}, rank {r}");
+            assert!(
+                d.bytes() == all_to_all_part(&inputs, r, n),
+                "all_to_all_v world {world}, rank {r}"
+            );
         }
-    }
+    });
 }
 
 /// A V call whose ranks disagree — one passes ordinary buffers, or other counts — faults at
@@ -513,13 +567,12 @@ fn v_ranks_that_disagree_are_named() {
         .iter()
         .map(|&c| Buffer::from_slice(&vec![7u8; c as usize + 16]))
         .collect();
-    let dst: Vec<Buffer> = (0..w).map(|_| poisoned(total as usize + 16)).collect();
+    let dst = poisoned_per_rank(w, total as usize + 16);
     let outputs: Vec<u64> = dst.iter().map(Buffer::addr).collect();
     for (case, field) in [
         ("ordinary", DigestField::Buffers),
         ("counts", DigestField::Counts),
     ] {
-        let comm = communicator(world, false);
         let args = |rank: u32| {
             let r = rank as usize;
             let mut a = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), 0, 2).bounded(
@@ -538,30 +591,44 @@ fn v_ranks_that_disagree_are_named() {
             a.counts = mine.as_ptr();
             a
         };
-        let start = std::time::Instant::now();
         // SAFETY: every buffer holds what either set of counts moves.
-        let f = faults(launch_all(&comm, args, |a, ctx| unsafe {
-            collective::all_gather_v::<Host, Runtime>(a, ctx)
-        }));
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{case}: took {:?}",
-            start.elapsed()
+        let named = first_fault(
+            case,
+            FaultKind::DigestMismatch,
+            world,
+            args,
+            |a, ctx| unsafe { collective::all_gather_v::<Host, Runtime>(a, ctx) },
         );
-        let named = f
-            .iter()
-            .find(|f| f.kind == FaultKind::DigestMismatch)
-            .unwrap_or_else(|| panic!("{case}: {f:?}"));
         assert_eq!(named.field(), field, "{case}: {named}");
     }
 }
 
-/// The faults of a run that must fail; panics if it succeeded.
-fn faults(result: Result<(), EmulationError>) -> Vec<purlin_device::snac::Fault> {
-    match result {
+/// Runs `call` as [`launch_all`] does on a fresh ordinary communicator of `world` ranks (a
+/// faulted communicator keeps its fault), for a call that must fault; returns its first fault
+/// of `kind`. The call must end well before the communicator's timeout: a rank that disagrees
+/// with its peers stops them at once rather than leaving them waiting.
+fn first_fault(
+    what: &str,
+    kind: FaultKind,
+    world: u32,
+    args: impl Fn(u32) -> SnacArgs + Sync,
+    call: impl Fn(&SnacArgs, &purlin_device::context::Context) + Sync,
+) -> Fault {
+    let start = std::time::Instant::now();
+    let faults = match launch_all(&communicator(world, false), args, call) {
         Err(EmulationError::Faults(f)) => f,
-        other => panic!("expected faults, got {other:?}"),
-    }
+        other => panic!("{what}: expected faults, got {other:?}"),
+    };
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{what}: took {:?}",
+        start.elapsed()
+    );
+    faults
+        .iter()
+        .find(|f| f.kind == kind)
+        .copied()
+        .unwrap_or_else(|| panic!("{what}: {faults:?}"))
 }
 
 /// Ranks that disagree on their buffers — one passes ordinary buffers, or its range at another
@@ -574,11 +641,9 @@ fn ranks_that_pass_other_buffers_are_named() {
     let src: Vec<Buffer> = (0..world)
         .map(|r| Buffer::from_slice(&vec![r as u8; 2 * n]))
         .collect();
-    let dst: Vec<Buffer> = (0..world).map(|_| poisoned(n * world as usize)).collect();
+    let dst = poisoned_per_rank(world as usize, n * world as usize);
     let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
     for (case, odd) in [("ordinary", 0u32), ("offset", 1)] {
-        // A faulted communicator keeps its fault: a fresh one per case.
-        let comm = communicator(world, false);
         let args = |rank: u32| {
             let s = &src[rank as usize];
             let shifted = case == "offset" && rank == odd;
@@ -589,20 +654,14 @@ fn ranks_that_pass_other_buffers_are_named() {
             }
             a
         };
-        let start = std::time::Instant::now();
         // SAFETY: every buffer holds what the call moves; the calls differ only in buffers.
-        let f = faults(launch_all(&comm, args, |a, ctx| unsafe {
-            collective::all_gather::<Host, Runtime>(a, ctx)
-        }));
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{case}: took {:?}",
-            start.elapsed()
+        let named = first_fault(
+            case,
+            FaultKind::DigestMismatch,
+            world,
+            args,
+            |a, ctx| unsafe { collective::all_gather::<Host, Runtime>(a, ctx) },
         );
-        let named = f
-            .iter()
-            .find(|f| f.kind == FaultKind::DigestMismatch)
-            .unwrap_or_else(|| panic!("{case}: {f:?}"));
         assert_eq!(named.field(), DigestField::Buffers, "{case}: {named}");
         assert!(named.rank == odd || named.peer == odd, "{case}: {named}");
         assert!(named.to_string().contains("symmetric buffers"), "{named}");
@@ -614,12 +673,11 @@ fn ranks_that_pass_other_buffers_are_named() {
 #[test]
 fn a_table_that_does_not_name_the_own_buffer_is_refused() {
     let world = 2u32;
-    let comm = communicator(world, false);
     let n = 4096usize;
     let src: Vec<Buffer> = (0..world)
         .map(|r| Buffer::from_slice(&vec![r as u8; n]))
         .collect();
-    let dst: Vec<Buffer> = (0..world).map(|_| poisoned(2 * n)).collect();
+    let dst = poisoned_per_rank(world as usize, 2 * n);
     // Rank 1's own entry lies past its buffer's start: its `src` is not inside.
     let table: Vec<u64> = vec![src[0].addr(), src[1].addr() + 16];
     let args = |rank: u32| {
@@ -632,20 +690,14 @@ fn a_table_that_does_not_name_the_own_buffer_is_refused() {
         (a.src_peers, a.buffers) = (table.as_ptr(), 1);
         a
     };
-    let start = std::time::Instant::now();
     // SAFETY: the buffers hold what the call moves; the bad entry is refused before use.
-    let f = faults(launch_all(&comm, args, |a, ctx| unsafe {
-        collective::all_gather::<Host, Runtime>(a, ctx)
-    }));
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        start.elapsed()
+    let refused = first_fault(
+        "bad own entry",
+        FaultKind::InvalidArgument,
+        world,
+        args,
+        |a, ctx| unsafe { collective::all_gather::<Host, Runtime>(a, ctx) },
     );
-    let refused = f
-        .iter()
-        .find(|f| f.kind == FaultKind::InvalidArgument)
-        .unwrap_or_else(|| panic!("{f:?}"));
     assert_eq!(
         (refused.rank, refused.refusal()),
         (1, Refusal::SymmetricBuffers)
