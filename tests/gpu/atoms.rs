@@ -19,26 +19,63 @@ const BIG: usize = 256 << 20;
 const OPS: [ReduceOpKind; 3] = [ReduceOpKind::Sum, ReduceOpKind::Max, ReduceOpKind::Min];
 const ARCHS: [Arch; 3] = [Arch::Sm70, Arch::Sm80, Arch::Sm90];
 
-/// `atom::reduce` of `count` elements from the buffers at `srcs` into `dst`, which both
-/// reduction tests launch the same way.
-///
-/// # Safety
-/// As `atom::reduce`: `dst` and every buffer at `srcs` hold `count` elements of `dtype` and
-/// outlive the synchronisation.
-#[allow(clippy::too_many_arguments)]
-unsafe fn reduce_into(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    launch: Launch,
+/// What both reduction tests check every Atom on: `count` elements of `dtype` reduced with `op`,
+/// and `want`, the f32 rank-order reference of the inputs.
+struct Reduction {
     dtype: DataType,
     op: ReduceOpKind,
-    dst: &CudaSlice<u8>,
-    srcs: &[u64],
     count: usize,
-) {
-    let dst = device_addr(dst, stream);
-    // SAFETY: forwarded contract.
-    unsafe { atom::reduce(gpu, stream, launch, dtype, op, dst, srcs, count as u64) }.unwrap();
+    want: Vec<u8>,
+}
+
+impl Reduction {
+    fn new(dtype: DataType, op: ReduceOpKind, inputs: &[&[u8]]) -> Self {
+        Self {
+            dtype,
+            op,
+            count: inputs[0].len() / dtype.size(),
+            want: reference_f32(dtype, op, inputs),
+        }
+    }
+
+    /// Runs `atom::reduce` with `launch` of the inputs' copies at `srcs` into a poisoned output
+    /// and asserts that it holds `want`.
+    ///
+    /// # Safety
+    /// As `atom::reduce`: every buffer at `srcs` holds `count` elements of `dtype` and outlives
+    /// the synchronisation.
+    unsafe fn check(&self, gpu: &Gpu, stream: &Arc<CudaStream>, launch: Launch, srcs: &[u64]) {
+        let (dtype, op, count) = (self.dtype, self.op, self.count);
+        let dst = poisoned(stream, count * dtype.size());
+        let at = device_addr(&dst, stream);
+        // SAFETY: forwarded contract; `dst` holds `count` elements.
+        unsafe { atom::reduce(gpu, stream, launch, dtype, op, at, srcs, count as u64) }.unwrap();
+        let got = download(stream, &dst, self.want.len());
+        assert!(
+            got == self.want,
+            "{} PTX: {} {} of {count} elements from {} sources with {launch:?} differs from the f32 \
+             rank-order reference",
+            gpu.arch(),
+            dtype.name(),
+            op.name(),
+            srcs.len()
+        );
+    }
+}
+
+/// Copies `src` with `launch` from a device buffer into a poisoned one and asserts that it
+/// arrives bit for bit.
+fn check_copy(gpu: &Gpu, stream: &Arc<CudaStream>, launch: Launch, src: &[u8]) {
+    let bytes = src.len();
+    let (src_d, dst_d) = (upload(stream, src), poisoned(stream, bytes));
+    let (to, from) = (device_addr(&dst_d, stream), device_addr(&src_d, stream));
+    // SAFETY: both buffers hold at least `bytes` bytes and outlive the synchronisation.
+    unsafe { atom::copy(gpu, stream, launch, to, from, bytes as u64) }.unwrap();
+    assert!(
+        download(stream, &dst_d, bytes) == src,
+        "{} PTX: copy of {bytes} bytes with {launch:?} differs",
+        gpu.arch()
+    );
 }
 
 /// Block counts to try: one block, an odd few, and two full waves.
@@ -58,30 +95,13 @@ fn every_atom_copies_every_size_bit_exact() {
         for atom in AtomKind::available_in(arch) {
             for (i, &bytes) in SIZES.iter().chain([BIG].iter()).enumerate() {
                 let src: Vec<u8> = (0..bytes).map(|_| rng.random()).collect();
-                let (src_d, dst_d) = (upload(&stream, &src), poisoned(&stream, bytes));
                 let blocks = block_counts(&gpu)[i % 3];
                 let launch = Launch {
                     atom,
                     blocks,
                     layout: GridLayout::ALL[i % 2],
                 };
-                // SAFETY: both buffers hold at least `bytes` bytes and outlive the synchronisation.
-                unsafe {
-                    atom::copy(
-                        &gpu,
-                        &stream,
-                        launch,
-                        device_addr(&dst_d, &stream),
-                        device_addr(&src_d, &stream),
-                        bytes as u64,
-                    )
-                }
-                .unwrap();
-                let got = download(&stream, &dst_d, bytes);
-                assert!(
-                    got == src,
-                    "{arch} PTX: copy of {bytes} bytes with {launch:?} differs"
-                );
+                check_copy(&gpu, &stream, launch, &src);
                 ran += 1;
             }
         }
@@ -111,28 +131,18 @@ fn every_atom_reduces_every_type_op_size_bit_exact() {
                         .map(|_| random_elements(&mut rng, dtype, op, count))
                         .collect();
                     let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-                    let want = reference_f32(dtype, op, &srcs);
+                    let reduction = Reduction::new(dtype, op, &srcs);
                     let bufs: Vec<CudaSlice<u8>> =
                         inputs.iter().map(|v| upload(&stream, v)).collect();
                     let addrs: Vec<u64> = bufs.iter().map(|b| device_addr(b, &stream)).collect();
                     for atom in AtomKind::available_in(arch) {
-                        let dst = poisoned(&stream, count * dtype.size());
-                        // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
                         let launch = Launch {
                             atom,
                             blocks,
                             layout,
                         };
-                        unsafe {
-                            reduce_into(&gpu, &stream, launch, dtype, op, &dst, &addrs, count)
-                        };
-                        let got = download(&stream, &dst, want.len());
-                        assert!(
-                            got == want,
-                            "{arch} PTX: {} {} of {count} elements from {n} sources with {launch:?} differs from the f32 rank-order reference",
-                            dtype.name(),
-                            op.name()
-                        );
+                        // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
+                        unsafe { reduction.check(&gpu, &stream, launch, &addrs) };
                         ran += 1;
                     }
                 }
@@ -160,33 +170,20 @@ fn every_atom_reduces_256_mib_bit_exact() {
                 random_elements_parallel(seed, dtype, op, count),
                 random_elements_parallel(seed.wrapping_add(1), dtype, op, count),
             ];
-            let want = reference_f32(dtype, op, &[&inputs[0], &inputs[1]]);
+            let reduction = Reduction::new(dtype, op, &[&inputs[0], &inputs[1]]);
             for (arch, gpu) in &gpus {
                 let stream = gpu.new_stream().unwrap();
                 let bufs = [upload(&stream, &inputs[0]), upload(&stream, &inputs[1])];
-                let addrs = [
-                    device_addr(&bufs[0], &stream),
-                    device_addr(&bufs[1], &stream),
-                ];
+                let addrs = bufs.each_ref().map(|b| device_addr(b, &stream));
                 for atom in AtomKind::available_in(*arch) {
                     for layout in GridLayout::ALL {
-                        let dst = poisoned(&stream, BIG);
                         let launch = Launch {
                             atom,
                             blocks: 2 * gpu.sm_count(),
                             layout,
                         };
                         // SAFETY: every buffer holds `count` elements and outlives the synchronisation.
-                        unsafe {
-                            reduce_into(gpu, &stream, launch, dtype, op, &dst, &addrs, count)
-                        };
-                        let got = download(&stream, &dst, BIG);
-                        assert!(
-                            got == want,
-                            "{arch} PTX: 256 MiB {} {} with {launch:?} differs",
-                            dtype.name(),
-                            op.name()
-                        );
+                        unsafe { reduction.check(gpu, &stream, launch, &addrs) };
                         ran += 1;
                     }
                 }
