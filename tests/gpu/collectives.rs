@@ -6,14 +6,14 @@
 //! the fused kernel against the host-launched collective, and the missing-rank timeout.
 
 use crate::support::{
-    assert_every_rank_passes, capture_graph, download, poisoned, upload, virtual_node,
-    virtual_node_failures,
+    assert_every_rank_passes, capture_graph, download, output_differs, poisoned, upload,
+    virtual_node, virtual_node_failures,
 };
 use cudarc::driver::{CudaSlice, CudaStream};
 use purlin::collective::{self, Algorithm, Counts, Options, ReductionMode};
 use purlin::memory::Span;
 use purlin::workspace::WorkspaceRequirements;
-use purlin::{DataType, Gpu, ReduceOpKind};
+use purlin::{Context, DataType, Gpu, ReduceOpKind};
 use purlin_tests::{POISON, fresh_rng, random_elements, random_elements_parallel, reference_f32};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -32,6 +32,35 @@ pub(crate) enum Coll {
     Ag,
     Rs,
     A2a,
+}
+
+impl Coll {
+    /// One raw call of the collective on spans, `count` elements per part (`op` is ignored by
+    /// the copies).
+    ///
+    /// # Safety
+    /// The spans hold what the call moves until it has run.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn raw(
+        self,
+        ctx: &Context,
+        dtype: DataType,
+        op: ReduceOpKind,
+        d: Span,
+        s: Span,
+        count: u64,
+        options: &Options,
+    ) -> purlin::Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                Coll::Ar => collective::all_reduce_raw(ctx, dtype, op, d, s, count, options),
+                Coll::Ag => collective::all_gather_raw(ctx, dtype, d, s, count, options),
+                Coll::Rs => collective::reduce_scatter_raw(ctx, dtype, op, d, s, count, options),
+                Coll::A2a => collective::all_to_all_raw(ctx, dtype, d, s, count, options),
+            }
+        }
+    }
 }
 
 /// Every rank's input and the expected output of every rank, for `count` elements per part.
@@ -105,28 +134,11 @@ fn run_case(
         let dst = poisoned(stream, want[r].len());
         let (s, d) = (span(&src, stream), span(&dst, stream));
         // SAFETY: both buffers hold what the collective touches and outlive the synchronisation.
-        let launched = unsafe {
-            match coll {
-                Coll::Ar => collective::all_reduce_raw(ctx, dtype, op, d, s, count as u64, options),
-                Coll::Ag => collective::all_gather_raw(ctx, dtype, d, s, count as u64, options),
-                Coll::Rs => {
-                    collective::reduce_scatter_raw(ctx, dtype, op, d, s, count as u64, options)
-                }
-                Coll::A2a => collective::all_to_all_raw(ctx, dtype, d, s, count as u64, options),
-            }
-        };
+        let launched = unsafe { coll.raw(ctx, dtype, op, d, s, count as u64, options) };
         if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
             return Some(format!("rank {r}: {e}"));
         }
-        let got = download(stream, &dst, want[r].len());
-        (got != want[r]).then(|| {
-            let first = got
-                .iter()
-                .zip(&want[r])
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
-            format!("rank {r}: output differs from byte {first}")
-        })
+        output_differs(r, &download(stream, &dst, want[r].len()), &want[r])
     })
 }
 

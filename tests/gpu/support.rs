@@ -100,3 +100,16 @@ pub(crate) fn download(stream: &Arc<CudaStream>, buf: &CudaSlice<u8>, len: usize
     out.truncate(len);
     out
 }
+
+/// What is wrong with rank `rank`'s output `got`, if it is not `want`: the first byte where
+/// they differ.
+pub(crate) fn output_differs(rank: usize, got: &[u8], want: &[u8]) -> Option<String> {
+    (got != want).then(|| {
+        let first = got
+            .iter()
+            .zip(want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(got.len().min(want.len()));
+        format!("rank {rank}: output differs from byte {first}")
+    })
+}

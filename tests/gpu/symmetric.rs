@@ -7,15 +7,16 @@
 //! buffers of different sizes.
 
 use crate::collectives::{Coll, case};
-use crate::support::{virtual_node, virtual_node_failures};
+use crate::support::{output_differs, virtual_node, virtual_node_failures};
 use cudarc::driver::CudaStream;
 use half::bf16;
 use purlin::collective::{self, Counts, Options};
 use purlin::memory::Span;
 use purlin::workspace::WorkspaceRequirements;
-use purlin::{Context, DataType, Error, ReduceOpKind, SymmetricBuffer};
-use purlin_tests::{POISON, fresh_rng, random_elements, reference_f32};
+use purlin::{Context, DataType, Error, Gpu, ReduceOpKind, SymmetricBuffer};
+use purlin_tests::{POISON, fresh_rng, gpu_or_skip, random_elements, reference_f32};
 use rand::RngExt;
+use rand::rngs::SmallRng;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,37 +36,36 @@ fn filled(
     b
 }
 
-/// One raw call of `coll` on spans.
-///
-/// # Safety
-/// The spans hold what the call moves until it has run.
-unsafe fn raw(
-    ctx: &Context,
-    coll: Coll,
-    dtype: DataType,
-    op: ReduceOpKind,
-    d: Span,
-    s: Span,
-    count: u64,
-) -> purlin::Result<()> {
-    let o = Options::default();
-    // SAFETY: forwarded contract.
-    unsafe {
-        match coll {
-            Coll::Ar => collective::all_reduce_raw(ctx, dtype, op, d, s, count, &o),
-            Coll::Ag => collective::all_gather_raw(ctx, dtype, d, s, count, &o),
-            Coll::Rs => collective::reduce_scatter_raw(ctx, dtype, op, d, s, count, &o),
-            Coll::A2a => collective::all_to_all_raw(ctx, dtype, d, s, count, &o),
-        }
+/// Runs `body` on every rank of a virtual node of `world` ranks with the small workspace (as
+/// every test here does) and fails the test with `what` and every rank's messages, if any.
+fn assert_every_rank_passes<F: IntoIterator<Item = String> + Send>(
+    what: &str,
+    gpu: &Arc<Gpu>,
+    world: u32,
+    body: impl Fn(&mut Context, &Arc<CudaStream>) -> F + Sync,
+) {
+    let errors = virtual_node_failures(gpu, world, WorkspaceRequirements::small(), body);
+    assert!(errors.is_empty(), "{what}: {errors:?}");
+}
+
+/// Runs `body(gpu, rng, world, ran)` for every world of [`WORLDS`] with one random generator
+/// (or returns once it has said there is no GPU), then prints `ran`, the cases the bodies
+/// counted.
+fn for_every_world(name: &str, mut body: impl FnMut(&Arc<Gpu>, &mut SmallRng, u32, &mut usize)) {
+    let Some(gpu) = gpu_or_skip(name, None) else {
+        return;
+    };
+    let mut rng = fresh_rng(&format!("gpu {name}"));
+    let mut ran = 0;
+    for world in WORLDS {
+        body(&gpu, &mut rng, world, &mut ran);
     }
+    println!("{name} cases run: {ran}");
 }
 
 #[test]
 fn every_fixed_collective_over_symmetric_buffers_matches_its_reference() {
-    let gpu = gpu_or_return!("symmetric collectives");
-    let mut rng = fresh_rng("gpu symmetric collectives");
-    let mut ran = 0;
-    for world in WORLDS {
+    for_every_world("symmetric collectives", |gpu, rng, world, ran| {
         let w = world as usize;
         for coll in [Coll::Ar, Coll::Ag, Coll::Rs, Coll::A2a] {
             let parts = if matches!(coll, Coll::Rs | Coll::A2a) {
@@ -81,58 +81,40 @@ fn every_fixed_collective_over_symmetric_buffers_matches_its_reference() {
                     (DataType::Bf16, ReduceOpKind::Sum)
                 } else {
                     (
-                        DataType::ALL[(i + ran) % DataType::ALL.len()],
-                        ReduceOpKind::ALL[(i + ran) % 3],
+                        DataType::ALL[(i + *ran) % DataType::ALL.len()],
+                        ReduceOpKind::ALL[(i + *ran) % 3],
                     )
                 };
-                let (inputs, want) = case(&mut rng, coll, w, dtype, op, count);
-                let errors = virtual_node_failures(
-                    &gpu,
-                    world,
-                    WorkspaceRequirements::small(),
-                    |ctx, stream| {
-                        let r = ctx.rank() as usize;
-                        let src = filled(ctx, stream, inputs[r].len(), &inputs[r]);
-                        let dst = filled(ctx, stream, want[r].len(), &[]);
-                        // SAFETY: both buffers hold what the call moves and are freed after the
-                        // synchronisation below.
-                        let launched = unsafe {
-                            raw(ctx, coll, dtype, op, dst.local(), src.local(), count as u64)
-                        };
-                        let outcome = launched.and_then(|_| ctx.synchronize());
-                        let got = stream.clone_dtoh(&dst).unwrap();
-                        src.free().unwrap();
-                        dst.free().unwrap();
-                        match outcome {
-                            Err(e) => Some(format!("rank {r}: {e}")),
-                            Ok(()) => (got[..want[r].len()] != want[r][..]).then(|| {
-                                let first = got.iter().zip(&want[r]).position(|(a, b)| a != b);
-                                format!("rank {r}: output differs from byte {first:?}")
-                            }),
-                        }
-                    },
-                );
-                assert!(
-                    errors.is_empty(),
-                    "{coll:?} world {world} {} {} count {count}: {errors:?}",
-                    dtype.name(),
-                    op.name()
-                );
-                ran += 1;
+                let (inputs, want) = case(rng, coll, w, dtype, op, count);
+                let what = format!("{coll:?} world {world} {dtype:?} {op:?} count {count}");
+                assert_every_rank_passes(&what, gpu, world, |ctx, stream| {
+                    let r = ctx.rank() as usize;
+                    let src = filled(ctx, stream, inputs[r].len(), &inputs[r]);
+                    let dst = filled(ctx, stream, want[r].len(), &[]);
+                    let (d, s, o) = (dst.local(), src.local(), Options::default());
+                    // SAFETY: both buffers hold what the call moves and are freed after the
+                    // synchronisation below.
+                    let launched = unsafe { coll.raw(ctx, dtype, op, d, s, count as u64, &o) };
+                    let outcome = launched.and_then(|_| ctx.synchronize());
+                    let got = stream.clone_dtoh(&dst).unwrap();
+                    src.free().unwrap();
+                    dst.free().unwrap();
+                    match outcome {
+                        Err(e) => Some(format!("rank {r}: {e}")),
+                        Ok(()) => output_differs(r, &got[..want[r].len()], &want[r]),
+                    }
+                });
+                *ran += 1;
             }
         }
-    }
-    println!("symmetric collective cases run: {ran}");
+    });
 }
 
 /// AllGatherV (symmetric outputs: push; ordinary outputs: pull) and ReduceScatterV (f32 and
 /// bf16 sums, max) over symmetric buffers, counts with zeros and skew up to 8 MiB a part.
 #[test]
 fn v_collectives_over_symmetric_buffers_match_their_references() {
-    let gpu = gpu_or_return!("symmetric V collectives");
-    let mut rng = fresh_rng("gpu symmetric v collectives");
-    let mut ran = 0;
-    for world in WORLDS {
+    for_every_world("symmetric V collectives", |gpu, rng, world, ran| {
         let w = world as usize;
         for round in 0..4 {
             let (dtype, op) = [
@@ -161,192 +143,134 @@ fn v_collectives_over_symmetric_buffers_match_their_references() {
             // AllGatherV inputs (rank p's count) and ReduceScatterV inputs (the total).
             let gather_in: Vec<Vec<u8>> = counts
                 .iter()
-                .map(|&c| random_elements(&mut rng, dtype, op, c as usize))
+                .map(|&c| random_elements(rng, dtype, op, c as usize))
                 .collect();
             let gathered = gather_in.concat();
             let reduce_in: Vec<Vec<u8>> = (0..w)
-                .map(|_| random_elements(&mut rng, dtype, op, total as usize))
+                .map(|_| random_elements(rng, dtype, op, total as usize))
                 .collect();
             let capacity = total as usize * size;
-            let errors = virtual_node_failures(
-                &gpu,
-                world,
-                WorkspaceRequirements::small(),
-                |ctx, stream| {
-                    let r = ctx.rank() as usize;
-                    let mut errors = Vec::new();
-                    let mut counts_dev = stream.alloc_zeros::<u64>(w).unwrap();
-                    stream.memcpy_htod(&counts, &mut counts_dev).unwrap();
-                    let c = Counts {
-                        addr: Span::from_device(&counts_dev, stream).addr,
-                        max_count: big,
-                    };
-                    let o = Options::default();
-                    let src = filled(ctx, stream, capacity, &gather_in[r]);
-                    let dst = filled(ctx, stream, capacity, &[]);
-                    let mut plain = stream.alloc_zeros::<u8>(capacity.max(16)).unwrap();
-                    stream
-                        .memcpy_htod(&vec![POISON; capacity.max(16)], &mut plain)
-                        .unwrap();
-                    let plain_span = Span::from_device(&plain, stream);
-                    // SAFETY: every buffer holds what the counts describe and lives past the
-                    // synchronisation.
-                    let launched = unsafe {
-                        collective::all_gather_v_raw(ctx, dtype, dst.local(), src.local(), c, &o)
-                            .and_then(|_| {
-                                collective::all_gather_v_raw(
-                                    ctx,
-                                    dtype,
-                                    plain_span,
-                                    src.local(),
-                                    c,
-                                    &o,
-                                )
-                            })
-                    };
-                    if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
-                        errors.push(format!("rank {r}: all_gather_v: {e}"));
-                        return errors;
+            let what = format!("world {world} {dtype:?} {op:?} counts {counts:?}");
+            assert_every_rank_passes(&what, gpu, world, |ctx, stream| {
+                let r = ctx.rank() as usize;
+                let mut errors = Vec::new();
+                let mut counts_dev = stream.alloc_zeros::<u64>(w).unwrap();
+                stream.memcpy_htod(&counts, &mut counts_dev).unwrap();
+                let c = Counts {
+                    addr: Span::from_device(&counts_dev, stream).addr,
+                    max_count: big,
+                };
+                let o = Options::default();
+                let src = filled(ctx, stream, capacity, &gather_in[r]);
+                let dst = filled(ctx, stream, capacity, &[]);
+                let mut plain = stream.alloc_zeros::<u8>(capacity.max(16)).unwrap();
+                stream
+                    .memcpy_htod(&vec![POISON; capacity.max(16)], &mut plain)
+                    .unwrap();
+                let (d, s, pulled) = (dst.local(), src.local(), Span::from_device(&plain, stream));
+                // SAFETY: every buffer holds what the counts describe and lives past the
+                // synchronisation.
+                let launched = unsafe {
+                    collective::all_gather_v_raw(ctx, dtype, d, s, c, &o)
+                        .and_then(|_| collective::all_gather_v_raw(ctx, dtype, pulled, s, c, &o))
+                };
+                if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
+                    errors.push(format!("rank {r}: all_gather_v: {e}"));
+                    return errors;
+                }
+                for (what, got) in [
+                    ("pushed", stream.clone_dtoh(&dst).unwrap()),
+                    ("pulled", stream.clone_dtoh(&plain).unwrap()),
+                ] {
+                    if got[..capacity] != gathered[..] {
+                        errors.push(format!("rank {r}: all_gather_v {what} differs"));
                     }
-                    for (what, got) in [
-                        ("pushed", stream.clone_dtoh(&dst).unwrap()),
-                        ("pulled", stream.clone_dtoh(&plain).unwrap()),
-                    ] {
-                        if got[..capacity] != gathered[..] {
-                            errors.push(format!("rank {r}: all_gather_v {what} differs"));
-                        }
-                    }
-                    let src = {
-                        src.free().unwrap();
-                        filled(ctx, stream, capacity, &reduce_in[r])
-                    };
-                    let part = counts[r] as usize * size;
-                    // SAFETY: as above.
-                    let launched = unsafe {
-                        collective::reduce_scatter_v_raw(
-                            ctx,
-                            dtype,
-                            op,
-                            dst.local(),
-                            src.local(),
-                            c,
-                            &o,
-                        )
-                    };
-                    if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
-                        errors.push(format!("rank {r}: reduce_scatter_v: {e}"));
-                    } else {
-                        let at = starts[r] * size;
-                        let srcs: Vec<&[u8]> =
-                            reduce_in.iter().map(|v| &v[at..at + part]).collect();
-                        let got = stream.clone_dtoh(&dst).unwrap();
-                        if got[..part] != reference_f32(dtype, op, &srcs)[..] {
-                            errors.push(format!("rank {r}: reduce_scatter_v differs"));
-                        }
-                    }
+                }
+                let src = {
                     src.free().unwrap();
-                    dst.free().unwrap();
-                    errors
-                },
-            );
-            assert!(
-                errors.is_empty(),
-                "world {world} {} {} counts {counts:?}: {errors:?}",
-                dtype.name(),
-                op.name()
-            );
-            ran += 1;
+                    filled(ctx, stream, capacity, &reduce_in[r])
+                };
+                let s = src.local();
+                let part = counts[r] as usize * size;
+                // SAFETY: as above.
+                let launched =
+                    unsafe { collective::reduce_scatter_v_raw(ctx, dtype, op, d, s, c, &o) };
+                if let Err(e) = launched.and_then(|_| ctx.synchronize()) {
+                    errors.push(format!("rank {r}: reduce_scatter_v: {e}"));
+                } else {
+                    let at = starts[r] * size;
+                    let srcs: Vec<&[u8]> = reduce_in.iter().map(|v| &v[at..at + part]).collect();
+                    let got = stream.clone_dtoh(&dst).unwrap();
+                    if got[..part] != reference_f32(dtype, op, &srcs)[..] {
+                        errors.push(format!("rank {r}: reduce_scatter_v differs"));
+                    }
+                }
+                src.free().unwrap();
+                dst.free().unwrap();
+                errors
+            });
+            *ran += 1;
         }
-    }
-    println!("symmetric V cases run: {ran}");
+    });
 }
 
 /// The typed forms take symmetric buffers like cudarc buffers; in place (AllReduce on one
 /// buffer, AllGather of the rank's own part) through the raw forms.
 #[test]
 fn typed_and_in_place_calls_over_symmetric_buffers() {
-    let gpu = gpu_or_return!("typed symmetric collectives");
-    let mut rng = fresh_rng("gpu typed symmetric");
-    for world in WORLDS {
+    let (dtype, op) = (DataType::Bf16, ReduceOpKind::Sum);
+    for_every_world("typed symmetric collectives", |gpu, rng, world, ran| {
         let w = world as usize;
         let n = 1 << 20;
-        let inputs: Vec<Vec<u8>> = (0..w)
-            .map(|_| random_elements(&mut rng, DataType::Bf16, ReduceOpKind::Sum, n))
-            .collect();
+        let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_elements(rng, dtype, op, n)).collect();
         let srcs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-        let sum = reference_f32(DataType::Bf16, ReduceOpKind::Sum, &srcs);
+        let sum = reference_f32(dtype, op, &srcs);
         let gathered = inputs.concat();
-        let errors = virtual_node_failures(
-            &gpu,
-            world,
-            WorkspaceRequirements::small(),
-            |ctx, stream| {
-                let r = ctx.rank() as usize;
-                let mut errors = Vec::new();
-                let as_bf16 = |b: &[u8]| -> Vec<bf16> {
-                    b.chunks(2)
-                        .map(|c| bf16::from_le_bytes([c[0], c[1]]))
-                        .collect()
-                };
-                // Typed AllReduce, bf16, into another symmetric buffer.
-                let mut src = SymmetricBuffer::<bf16>::new(ctx, n).unwrap();
-                let mut dst = SymmetricBuffer::<bf16>::new(ctx, n).unwrap();
-                stream.memcpy_htod(&as_bf16(&inputs[r]), &mut src).unwrap();
-                purlin::all_reduce(ctx, &src, &mut dst, n, ReduceOpKind::Sum).unwrap();
-                ctx.synchronize().unwrap();
-                if stream.clone_dtoh(&dst).unwrap() != as_bf16(&sum) {
-                    errors.push(format!("rank {r}: typed all_reduce"));
-                }
-                // In place: AllReduce with src == dst.
-                let span = src.local();
-                // SAFETY: the buffer holds n elements and outlives the synchronisation.
-                unsafe {
-                    collective::all_reduce_raw(
-                        ctx,
-                        DataType::Bf16,
-                        ReduceOpKind::Sum,
-                        span,
-                        span,
-                        n as u64,
-                        &Options::default(),
-                    )
-                }
-                .unwrap();
-                ctx.synchronize().unwrap();
-                if stream.clone_dtoh(&src).unwrap() != as_bf16(&sum) {
-                    errors.push(format!("rank {r}: in-place all_reduce"));
-                }
-                // In place: AllGather, the rank's input being its part of the output.
-                let mut out = SymmetricBuffer::<bf16>::new(ctx, n * w).unwrap();
-                let mut host = vec![bf16::from_bits(0xffff); n * w];
-                host[r * n..(r + 1) * n].copy_from_slice(&as_bf16(&inputs[r]));
-                stream.memcpy_htod(&host, &mut out).unwrap();
-                let whole = out.local();
-                let mine = whole.slice((r * n * 2) as u64, (n * 2) as u64).unwrap();
-                // SAFETY: as above.
-                unsafe {
-                    collective::all_gather_raw(
-                        ctx,
-                        DataType::Bf16,
-                        whole,
-                        mine,
-                        n as u64,
-                        &Options::default(),
-                    )
-                }
-                .unwrap();
-                ctx.synchronize().unwrap();
-                if stream.clone_dtoh(&out).unwrap() != as_bf16(&gathered) {
-                    errors.push(format!("rank {r}: in-place all_gather"));
-                }
-                for b in [src, dst, out] {
-                    b.free().unwrap();
-                }
-                errors
-            },
-        );
-        assert!(errors.is_empty(), "world {world}: {errors:?}");
-    }
+        assert_every_rank_passes(&format!("world {world}"), gpu, world, |ctx, stream| {
+            let r = ctx.rank() as usize;
+            let mut errors = Vec::new();
+            let as_bf16 = |b: &[u8]| -> Vec<bf16> {
+                b.chunks(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]))
+                    .collect()
+            };
+            // Typed AllReduce, bf16, into another symmetric buffer.
+            let mut src = SymmetricBuffer::<bf16>::new(ctx, n).unwrap();
+            let mut dst = SymmetricBuffer::<bf16>::new(ctx, n).unwrap();
+            stream.memcpy_htod(&as_bf16(&inputs[r]), &mut src).unwrap();
+            purlin::all_reduce(ctx, &src, &mut dst, n, op).unwrap();
+            ctx.synchronize().unwrap();
+            if stream.clone_dtoh(&dst).unwrap() != as_bf16(&sum) {
+                errors.push(format!("rank {r}: typed all_reduce"));
+            }
+            // In place: AllReduce with src == dst.
+            let (span, o) = (src.local(), Options::default());
+            // SAFETY: the buffer holds n elements and outlives the synchronisation.
+            unsafe { Coll::Ar.raw(ctx, dtype, op, span, span, n as u64, &o) }.unwrap();
+            ctx.synchronize().unwrap();
+            if stream.clone_dtoh(&src).unwrap() != as_bf16(&sum) {
+                errors.push(format!("rank {r}: in-place all_reduce"));
+            }
+            // In place: AllGather, the rank's input being its part of the output.
+            let mut out = SymmetricBuffer::<bf16>::new(ctx, n * w).unwrap();
+            let mut host = vec![bf16::from_bits(0xffff); n * w];
+            host[r * n..(r + 1) * n].copy_from_slice(&as_bf16(&inputs[r]));
+            stream.memcpy_htod(&host, &mut out).unwrap();
+            let whole = out.local();
+            let mine = whole.slice((r * n * 2) as u64, (n * 2) as u64).unwrap();
+            // SAFETY: as above.
+            unsafe { Coll::Ag.raw(ctx, dtype, op, whole, mine, n as u64, &o) }.unwrap();
+            ctx.synchronize().unwrap();
+            if stream.clone_dtoh(&out).unwrap() != as_bf16(&gathered) {
+                errors.push(format!("rank {r}: in-place all_gather"));
+            }
+            for b in [src, dst, out] {
+                b.free().unwrap();
+            }
+            errors
+        });
+        *ran += 1;
+    });
 }
 
 /// Calls queued back to back on every rank's stream with one synchronise at the end, sizes and
@@ -355,9 +279,7 @@ fn typed_and_in_place_calls_over_symmetric_buffers() {
 /// of every call is checked after the end.
 #[test]
 fn queued_calls_over_symmetric_slices() {
-    let gpu = gpu_or_return!("queued symmetric collectives");
-    let mut rng = fresh_rng("gpu queued symmetric");
-    for world in WORLDS {
+    for_every_world("queued symmetric collectives", |gpu, rng, world, ran| {
         let w = world as usize;
         let calls = 40;
         // (collective, elements per part, dtype, op, offset of src and dst, ordinary)
@@ -368,7 +290,7 @@ fn queued_calls_over_symmetric_slices() {
             let count = [1usize, 700, 20_000, 300_000][rng.random_range(0..4)];
             let dtype = [DataType::Bf16, DataType::F32, DataType::F16][rng.random_range(0..3)];
             let op = ReduceOpKind::ALL[rng.random_range(0..3)];
-            let (inputs, want) = case(&mut rng, coll, w, dtype, op, count);
+            let (inputs, want) = case(rng, coll, w, dtype, op, count);
             let (sl, dl) = (inputs[0].len(), want[0].len());
             plan.push((
                 coll,
@@ -384,65 +306,59 @@ fn queued_calls_over_symmetric_slices() {
             src_at += sl.div_ceil(256) * 256;
             dst_at += dl.div_ceil(256) * 256;
         }
-        let errors = virtual_node_failures(
-            &gpu,
-            world,
-            WorkspaceRequirements::small(),
-            |ctx, stream| {
-                let r = ctx.rank() as usize;
-                let mut src_host = vec![0u8; src_at.max(16)];
-                for (_, _, _, _, s, _, _, inputs, _) in &plan {
-                    src_host[*s..*s + inputs[r].len()].copy_from_slice(&inputs[r]);
+        assert_every_rank_passes(&format!("world {world}"), gpu, world, |ctx, stream| {
+            let r = ctx.rank() as usize;
+            let mut src_host = vec![0u8; src_at.max(16)];
+            for (_, _, _, _, s, _, _, inputs, _) in &plan {
+                src_host[*s..*s + inputs[r].len()].copy_from_slice(&inputs[r]);
+            }
+            let src = filled(ctx, stream, src_at, &src_host);
+            let dst = filled(ctx, stream, dst_at, &[]);
+            let plain_src = stream.clone_htod(&src_host).unwrap();
+            let plain_dst = stream.clone_htod(&vec![POISON; dst_at.max(16)]).unwrap();
+            let (sym_s, sym_d, o) = (src.local(), dst.local(), Options::default());
+            let (ord_s, ord_d) = (
+                Span::from_device(&plain_src, stream),
+                Span::from_device(&plain_dst, stream),
+            );
+            for (i, (coll, count, dtype, op, s, d, ordinary, inputs, want)) in
+                plan.iter().enumerate()
+            {
+                let (sb, db) = if *ordinary {
+                    (ord_s, ord_d)
+                } else {
+                    (sym_s, sym_d)
+                };
+                let s = sb.slice(*s as u64, inputs[r].len() as u64).unwrap();
+                let d = db.slice(*d as u64, want[r].len() as u64).unwrap();
+                // SAFETY: both slices lie in buffers that outlive the synchronisation.
+                if let Err(e) = unsafe { coll.raw(ctx, *dtype, *op, d, s, *count as u64, &o) } {
+                    return vec![format!("rank {r} call {i}: {e}")];
                 }
-                let src = filled(ctx, stream, src_at, &src_host);
-                let dst = filled(ctx, stream, dst_at, &[]);
-                let plain_src = stream.clone_htod(&src_host).unwrap();
-                let plain_dst = stream.clone_htod(&vec![POISON; dst_at.max(16)]).unwrap();
-                let (sym_s, sym_d) = (src.local(), dst.local());
-                let (ord_s, ord_d) = (
-                    Span::from_device(&plain_src, stream),
-                    Span::from_device(&plain_dst, stream),
-                );
-                for (i, (coll, count, dtype, op, s, d, ordinary, inputs, want)) in
-                    plan.iter().enumerate()
-                {
-                    let (sb, db) = if *ordinary {
-                        (ord_s, ord_d)
-                    } else {
-                        (sym_s, sym_d)
-                    };
-                    let s = sb.slice(*s as u64, inputs[r].len() as u64).unwrap();
-                    let d = db.slice(*d as u64, want[r].len() as u64).unwrap();
-                    // SAFETY: both slices lie in buffers that outlive the synchronisation.
-                    if let Err(e) = unsafe { raw(ctx, *coll, *dtype, *op, d, s, *count as u64) } {
-                        return vec![format!("rank {r} call {i}: {e}")];
-                    }
+            }
+            if let Err(e) = ctx.synchronize() {
+                return vec![format!("rank {r}: {e}")];
+            }
+            let (sym_out, ord_out) = (
+                stream.clone_dtoh(&dst).unwrap(),
+                stream.clone_dtoh(&plain_dst).unwrap(),
+            );
+            let mut errors = Vec::new();
+            for (i, (coll, count, dtype, _, _, d, ordinary, _, want)) in plan.iter().enumerate() {
+                let out = if *ordinary { &ord_out } else { &sym_out };
+                if out[*d..*d + want[r].len()] != want[r][..] {
+                    errors.push(format!(
+                        "rank {r} call {i} {coll:?} {count} {}",
+                        dtype.name()
+                    ));
                 }
-                if let Err(e) = ctx.synchronize() {
-                    return vec![format!("rank {r}: {e}")];
-                }
-                let (sym_out, ord_out) = (
-                    stream.clone_dtoh(&dst).unwrap(),
-                    stream.clone_dtoh(&plain_dst).unwrap(),
-                );
-                let mut errors = Vec::new();
-                for (i, (coll, count, dtype, _, _, d, ordinary, _, want)) in plan.iter().enumerate()
-                {
-                    let out = if *ordinary { &ord_out } else { &sym_out };
-                    if out[*d..*d + want[r].len()] != want[r][..] {
-                        errors.push(format!(
-                            "rank {r} call {i} {coll:?} {count} {}",
-                            dtype.name()
-                        ));
-                    }
-                }
-                src.free().unwrap();
-                dst.free().unwrap();
-                errors
-            },
-        );
-        assert!(errors.is_empty(), "world {world}: {errors:?}");
-    }
+            }
+            src.free().unwrap();
+            dst.free().unwrap();
+            errors
+        });
+        *ran += 1;
+    });
 }
 
 /// One rank passes an ordinary output while its peers pass symmetric ones (so it would pull
