@@ -22,16 +22,19 @@ wire_enum! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum DataType {
         /// IEEE binary32.
-        F32 = 0,
+        F32 = 0 => "float",
         /// IEEE binary16.
-        F16 = 1,
+        F16 = 1 => "half",
         /// bfloat16.
-        Bf16 = 2,
+        Bf16 = 2 => "bfloat16",
         /// OCP FP8 E4M3 (no infinities, saturating).
-        E4m3 = 3,
+        E4m3 = 3 => "f8e4m3",
         /// OCP FP8 E5M2 (saturating).
-        E5m2 = 4,
+        E5m2 = 4 => "f8e5m2",
     }
+
+    /// The short name nccl-tests prints (`float`, `half`, `bfloat16`, `f8e4m3`, `f8e5m2`).
+    pub const fn name(self) -> &'static str;
 }
 
 impl DataType {
@@ -41,17 +44,6 @@ impl DataType {
             Self::F32 => 4,
             Self::F16 | Self::Bf16 => 2,
             Self::E4m3 | Self::E5m2 => 1,
-        }
-    }
-
-    /// The short name nccl-tests prints (`float`, `half`, `bfloat16`, `f8e4m3`, `f8e5m2`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "float",
-            Self::F16 => "half",
-            Self::Bf16 => "bfloat16",
-            Self::E4m3 => "f8e4m3",
-            Self::E5m2 => "f8e5m2",
         }
     }
 }

@@ -49,13 +49,21 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 
 /// Declares a `#[repr(u32)]` enum that crosses the host-device boundary as its `u32` value
 /// (kernel arguments, fault records, table keys), with `ALL` (every variant, in declaration
-/// order) and `from_u32` (the variant with a value, if any).
+/// order) and `from_u32` (the variant with a value, if any), so none of them can fall out of
+/// step with the variants.
+///
+/// Two optional items may follow the enum, in this order:
+/// - `pub const fn from_u32(v: u32) -> Self else Fallback;` (with its rustdoc): `from_u32`
+///   returns `Fallback` for unknown values instead of an `Option`.
+/// - `pub const fn name(self) -> &'static str;` (any name, with its rustdoc): every variant is
+///   then written `Variant = value => "text"`, and the function returns the variant's text.
 macro_rules! wire_enum {
     (
         $(#[$meta:meta])*
         pub enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident = $value:literal, )+
+            $( $(#[$vmeta:meta])* $variant:ident = $value:literal $(=> $text:literal)?, )+
         }
+        $($methods:tt)*
     ) => {
         $(#[$meta])*
         #[repr(u32)]
@@ -67,15 +75,47 @@ macro_rules! wire_enum {
             /// Every variant, in declaration order.
             pub const ALL: [Self; [$($value),+].len()] = [$(Self::$variant),+];
 
-            /// The variant with this `repr(u32)` value, if any.
-            pub const fn from_u32(v: u32) -> Option<Self> {
-                match v {
-                    $( $value => Some(Self::$variant), )+
-                    _ => None,
-                }
+            wire_enum!(@from_u32 [$($variant = $value $(=> $text)?),+] $($methods)*);
+        }
+    };
+    (
+        @from_u32 [$($variant:ident = $value:literal $(=> $text:literal)?),+]
+        $(#[$doc:meta])* pub const fn from_u32(v: u32) -> Self else $fallback:ident;
+        $($rest:tt)*
+    ) => {
+        $(#[$doc])*
+        pub const fn from_u32(v: u32) -> Self {
+            match v {
+                $( $value => Self::$variant, )+
+                _ => Self::$fallback,
+            }
+        }
+
+        wire_enum!(@text [$($variant = $value $(=> $text)?),+] $($rest)*);
+    };
+    (@from_u32 [$($variant:ident = $value:literal $(=> $text:literal)?),+] $($rest:tt)*) => {
+        /// The variant with this `repr(u32)` value, if any.
+        pub const fn from_u32(v: u32) -> Option<Self> {
+            match v {
+                $( $value => Some(Self::$variant), )+
+                _ => None,
+            }
+        }
+
+        wire_enum!(@text [$($variant = $value $(=> $text)?),+] $($rest)*);
+    };
+    (
+        @text [$($variant:ident = $value:literal => $text:literal),+]
+        $(#[$doc:meta])* pub const fn $text_fn:ident(self) -> &'static str;
+    ) => {
+        $(#[$doc])*
+        pub const fn $text_fn(self) -> &'static str {
+            match self {
+                $( Self::$variant => $text, )+
             }
         }
     };
+    (@text [$($variant:ident = $value:literal),+]) => {};
 }
 
 pub mod arch;

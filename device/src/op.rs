@@ -13,26 +13,17 @@ wire_enum! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum ReduceOpKind {
         /// a + b
-        Sum = 0,
+        Sum = 0 => "sum",
         /// max(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
-        Max = 1,
+        Max = 1 => "max",
         /// min(a, b): a NaN loses to a number; between +0 and -0 the earlier source wins
-        Min = 2,
+        Min = 2 => "min",
         /// a × b
-        Prod = 3,
+        Prod = 3 => "prod",
     }
-}
 
-impl ReduceOpKind {
     /// The name nccl-tests prints.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Sum => "sum",
-            Self::Max => "max",
-            Self::Min => "min",
-            Self::Prod => "prod",
-        }
-    }
+    pub const fn name(self) -> &'static str;
 }
 
 /// A reduce operator as a type, so the datapath is specialised for it.

@@ -8,36 +8,26 @@ wire_enum! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum CollectiveKind {
         /// AllReduce.
-        AllReduce = 1,
+        AllReduce = 1 => "all_reduce",
         /// AllGather.
-        AllGather = 2,
+        AllGather = 2 => "all_gather",
         /// ReduceScatter.
-        ReduceScatter = 3,
+        ReduceScatter = 3 => "reduce_scatter",
         /// AllToAll.
-        AllToAll = 4,
+        AllToAll = 4 => "all_to_all",
         /// AllGatherV.
-        AllGatherV = 5,
+        AllGatherV = 5 => "all_gather_v",
         /// ReduceScatterV.
-        ReduceScatterV = 6,
+        ReduceScatterV = 6 => "reduce_scatter_v",
         /// AllToAllV.
-        AllToAllV = 7,
+        AllToAllV = 7 => "all_to_all_v",
     }
+
+    /// The name nccl-tests and the original print (`all_reduce`, ...).
+    pub const fn name(self) -> &'static str;
 }
 
 impl CollectiveKind {
-    /// The name nccl-tests and the original print (`all_reduce`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::AllReduce => "all_reduce",
-            Self::AllGather => "all_gather",
-            Self::ReduceScatter => "reduce_scatter",
-            Self::AllToAll => "all_to_all",
-            Self::AllGatherV => "all_gather_v",
-            Self::ReduceScatterV => "reduce_scatter_v",
-            Self::AllToAllV => "all_to_all_v",
-        }
-    }
-
     /// True for the collectives that reduce.
     pub const fn reduces(self) -> bool {
         matches!(
@@ -60,35 +50,23 @@ wire_enum! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum SignalKind {
         /// A peer's staged chunk (`signals[me][Data][peer]`).
-        Data = 0,
+        Data = 0 => "staged data",
         /// A peer's reduced shard (the AllReduce gather tail).
-        Gather = 1,
+        Gather = 1 => "a reduced shard",
         /// A peer having drained a staging slot this rank wants to reuse (cyclic staging).
-        Consumed = 2,
+        Consumed = 2 => "a drained staging slot",
         /// A peer's arrival (posted once per call; only used to diagnose).
-        Arrival = 3,
+        Arrival = 3 => "its arrival",
         /// A latency packet from a peer.
-        Packet = 4,
+        Packet = 4 => "latency packets",
         /// A peer's extent packet (the size agreement of AllToAllV).
-        Extent = 5,
+        Extent = 5 => "its size",
         /// Nothing: the arguments could not be run.
-        None = 6,
+        None = 6 => "nothing",
     }
-}
 
-impl SignalKind {
     /// A short description.
-    pub const fn describe(self) -> &'static str {
-        match self {
-            Self::Data => "staged data",
-            Self::Gather => "a reduced shard",
-            Self::Consumed => "a drained staging slot",
-            Self::Arrival => "its arrival",
-            Self::Packet => "latency packets",
-            Self::Extent => "its size",
-            Self::None => "nothing",
-        }
-    }
+    pub const fn describe(self) -> &'static str;
 }
 
 wire_enum! {
@@ -108,153 +86,87 @@ wire_enum! {
     }
 }
 
-/// Why a rank refused a call ([`FaultKind::InvalidArgument`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Refusal {
-    /// No reason recorded.
-    Unknown = 0,
-    /// World, rank, block index or block count out of range.
-    Shape = 1,
-    /// More threads per block than the Atom's shared memory is laid out for.
-    BlockThreads = 2,
-    /// A size that is not a whole number of elements (or zero-sized elements).
-    Elements = 3,
-    /// V counts missing (null).
-    CountsMissing = 4,
-    /// A V count above the call's `max_count` (the value and its index are in the fault).
-    CountAboveMax = 5,
-    /// A sum or product of sizes does not fit 64 bits.
-    SizeOverflow = 6,
-    /// The input buffer is smaller than the counts describe.
-    SourceTooSmall = 7,
-    /// The output buffer is smaller than the counts describe.
-    DestinationTooSmall = 8,
-    /// Staging cannot hold one 16-byte unit per region.
-    StagingTooSmall = 9,
-    /// Input and output overlap other than the way the collective allows (AllReduce: the same
-    /// buffer; AllGather(V): the input is this rank's part of the output; ReduceScatter(V): the
-    /// output is this rank's part of the input; AllToAll(V): not at all).
-    Overlap = 10,
-    /// A lean launch (SNAC's scratch only, no Atom shared memory), or a latency-only kernel,
-    /// for a call whose path needs the Atom's shared memory; or less shared memory than
-    /// SNAC's scratch.
-    SharedMemory = 11,
-    /// Symmetric-buffer tables that do not hold this rank's own `src` / `dst` at its rank, or
-    /// an identity without tables (see [`SnacArgs::buffers`](super::SnacArgs::buffers)).
-    SymmetricBuffers = 12,
-}
-
-impl Refusal {
-    /// The reason with this value (`Unknown` for others).
-    pub const fn from_u32(v: u32) -> Self {
-        match v {
-            1 => Self::Shape,
-            2 => Self::BlockThreads,
-            3 => Self::Elements,
-            4 => Self::CountsMissing,
-            5 => Self::CountAboveMax,
-            6 => Self::SizeOverflow,
-            7 => Self::SourceTooSmall,
-            8 => Self::DestinationTooSmall,
-            9 => Self::StagingTooSmall,
-            10 => Self::Overlap,
-            11 => Self::SharedMemory,
-            12 => Self::SymmetricBuffers,
-            _ => Self::Unknown,
-        }
+wire_enum! {
+    /// Why a rank refused a call ([`FaultKind::InvalidArgument`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Refusal {
+        /// No reason recorded.
+        Unknown = 0 => "invalid arguments",
+        /// World, rank, block index or block count out of range.
+        Shape = 1 => "world, rank or block count out of range",
+        /// More threads per block than the Atom's shared memory is laid out for.
+        BlockThreads = 2 => "more threads per block than the Atom supports",
+        /// A size that is not a whole number of elements (or zero-sized elements).
+        Elements = 3 => "a size that is not a whole number of elements",
+        /// V counts missing (null).
+        CountsMissing = 4 => "no counts",
+        /// A V count above the call's `max_count` (the value and its index are in the fault).
+        CountAboveMax = 5 => "a count above max_count",
+        /// A sum or product of sizes does not fit 64 bits.
+        SizeOverflow = 6 => "sizes that overflow 64 bits",
+        /// The input buffer is smaller than the counts describe.
+        SourceTooSmall = 7 => "an input buffer smaller than the counts describe",
+        /// The output buffer is smaller than the counts describe.
+        DestinationTooSmall = 8 => "an output buffer smaller than the counts describe",
+        /// Staging cannot hold one 16-byte unit per region.
+        StagingTooSmall = 9 => "staging too small for the call",
+        /// Input and output overlap other than the way the collective allows (AllReduce: the same
+        /// buffer; AllGather(V): the input is this rank's part of the output; ReduceScatter(V): the
+        /// output is this rank's part of the input; AllToAll(V): not at all).
+        Overlap = 10 => "input and output overlap in a way this collective does not allow",
+        /// A lean launch (SNAC's scratch only, no Atom shared memory), or a latency-only kernel,
+        /// for a call whose path needs the Atom's shared memory; or less shared memory than
+        /// SNAC's scratch.
+        SharedMemory = 11 => "the launch gave less shared memory than the call's path needs",
+        /// Symmetric-buffer tables that do not hold this rank's own `src` / `dst` at its rank, or
+        /// an identity without tables (see [`SnacArgs::buffers`](super::SnacArgs::buffers)).
+        SymmetricBuffers = 12 => "symmetric-buffer tables that do not name this rank's own buffers",
     }
+
+    /// The reason with this value (`Unknown` for others).
+    pub const fn from_u32(v: u32) -> Self else Unknown;
 
     /// A short description.
-    pub const fn describe(self) -> &'static str {
-        match self {
-            Self::Unknown => "invalid arguments",
-            Self::Shape => "world, rank or block count out of range",
-            Self::BlockThreads => "more threads per block than the Atom supports",
-            Self::Elements => "a size that is not a whole number of elements",
-            Self::CountsMissing => "no counts",
-            Self::CountAboveMax => "a count above max_count",
-            Self::SizeOverflow => "sizes that overflow 64 bits",
-            Self::SourceTooSmall => "an input buffer smaller than the counts describe",
-            Self::DestinationTooSmall => "an output buffer smaller than the counts describe",
-            Self::StagingTooSmall => "staging too small for the call",
-            Self::Overlap => "input and output overlap in a way this collective does not allow",
-            Self::SharedMemory => "the launch gave less shared memory than the call's path needs",
-            Self::SymmetricBuffers => {
-                "symmetric-buffer tables that do not name this rank's own buffers"
-            }
-        }
+    pub const fn describe(self) -> &'static str;
+}
+
+wire_enum! {
+    /// What two ranks' calls disagree on ([`FaultKind::DigestMismatch`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum DigestField {
+        /// Nothing (not a digest fault).
+        None = 0 => "nothing",
+        /// The collective.
+        Collective = 1 => "collective",
+        /// The element type (reductions) or element size (copy V collectives).
+        Element = 2 => "element type",
+        /// The reduction operator.
+        Operator = 3 => "operator",
+        /// The reduction mode.
+        Mode = 4 => "reduction mode",
+        /// The AllReduce algorithm.
+        Algorithm = 5 => "algorithm",
+        /// The number of blocks.
+        Blocks = 6 => "block count",
+        /// The size in bytes (fixed-size collectives) or `max_count` (V collectives).
+        Size = 7 => "size",
+        /// The plan (chunk size, producer blocks, thresholds).
+        Plan = 8 => "plan",
+        /// The workspace layout (staging half, latency window, world).
+        Workspace = 9 => "workspace layout",
+        /// The V counts: AllGatherV and ReduceScatterV counts differ between the ranks, or
+        /// (AllToAllV) what the peer sends here differs from what this rank expects from it.
+        Counts = 10 => "counts",
+        /// The symmetric buffers of a fixed-size call: one rank passed symmetric buffers and the
+        /// other ordinary ones, or other symmetric buffers.
+        Buffers = 11 => "symmetric buffers",
     }
-}
 
-/// What two ranks' calls disagree on ([`FaultKind::DigestMismatch`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum DigestField {
-    /// Nothing (not a digest fault).
-    None = 0,
-    /// The collective.
-    Collective = 1,
-    /// The element type (reductions) or element size (copy V collectives).
-    Element = 2,
-    /// The reduction operator.
-    Operator = 3,
-    /// The reduction mode.
-    Mode = 4,
-    /// The AllReduce algorithm.
-    Algorithm = 5,
-    /// The number of blocks.
-    Blocks = 6,
-    /// The size in bytes (fixed-size collectives) or `max_count` (V collectives).
-    Size = 7,
-    /// The plan (chunk size, producer blocks, thresholds).
-    Plan = 8,
-    /// The workspace layout (staging half, latency window, world).
-    Workspace = 9,
-    /// The V counts: AllGatherV and ReduceScatterV counts differ between the ranks, or (AllToAllV)
-    /// what the peer sends here differs from what this rank expects from it.
-    Counts = 10,
-    /// The symmetric buffers of a fixed-size call: one rank passed symmetric buffers and the
-    /// other ordinary ones, or other symmetric buffers.
-    Buffers = 11,
-}
-
-impl DigestField {
     /// The field with this value (`None` for others).
-    pub const fn from_u32(v: u32) -> Self {
-        match v {
-            1 => Self::Collective,
-            2 => Self::Element,
-            3 => Self::Operator,
-            4 => Self::Mode,
-            5 => Self::Algorithm,
-            6 => Self::Blocks,
-            7 => Self::Size,
-            8 => Self::Plan,
-            9 => Self::Workspace,
-            10 => Self::Counts,
-            11 => Self::Buffers,
-            _ => Self::None,
-        }
-    }
+    pub const fn from_u32(v: u32) -> Self else None;
 
     /// The field's name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::None => "nothing",
-            Self::Collective => "collective",
-            Self::Element => "element type",
-            Self::Operator => "operator",
-            Self::Mode => "reduction mode",
-            Self::Algorithm => "algorithm",
-            Self::Blocks => "block count",
-            Self::Size => "size",
-            Self::Plan => "plan",
-            Self::Workspace => "workspace layout",
-            Self::Counts => "counts",
-            Self::Buffers => "symmetric buffers",
-        }
-    }
+    pub const fn name(self) -> &'static str;
 }
 
 /// The raw fault record in a rank's local state (`LocalState::FAULT`), 64 bytes.

@@ -124,47 +124,40 @@ pub(crate) const fn scratch_offset<A: Atom>() -> u32 {
     A::SMEM_BYTES.div_ceil(16) * 16
 }
 
-/// Which AllReduce algorithm to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[repr(u32)]
-pub enum Algorithm {
-    /// Chosen from the size: one-shot or two-shot packets up to
-    /// [`Plan::latency_threshold`], the throughput regime above.
-    #[default]
-    Auto = 0,
-    /// Latency regime: every rank sends its whole input as packets to every peer.
-    OneShot = 1,
-    /// Latency regime: reduce-scatter over packets, then all-gather the reduced shards.
-    TwoShot = 2,
-    /// Throughput regime: chunked staging (ReduceScatter head + AllGather tail for world > 2,
-    /// direct for world 2).
-    Throughput = 3,
-}
-
-impl Algorithm {
-    /// The algorithm with this `repr(u32)` value; unknown values mean `Auto`.
-    pub const fn from_u32(v: u32) -> Self {
-        match v {
-            1 => Self::OneShot,
-            2 => Self::TwoShot,
-            3 => Self::Throughput,
-            _ => Self::Auto,
-        }
+wire_enum! {
+    /// Which AllReduce algorithm to run.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub enum Algorithm {
+        /// Chosen from the size: one-shot or two-shot packets up to
+        /// [`Plan::latency_threshold`], the throughput regime above.
+        #[default]
+        Auto = 0,
+        /// Latency regime: every rank sends its whole input as packets to every peer.
+        OneShot = 1,
+        /// Latency regime: reduce-scatter over packets, then all-gather the reduced shards.
+        TwoShot = 2,
+        /// Throughput regime: chunked staging (ReduceScatter head + AllGather tail for world > 2,
+        /// direct for world 2).
+        Throughput = 3,
     }
+
+    /// The algorithm with this `repr(u32)` value; unknown values mean `Auto`.
+    pub const fn from_u32(v: u32) -> Self else Auto;
 }
 
-/// How reductions may combine values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[repr(u32)]
-pub enum ReductionMode {
-    /// The fastest datapath available. Today that is the deterministic one on every
-    /// architecture (there is no unordered datapath yet), so results are the same.
-    #[default]
-    Default = 0,
-    /// Bitwise identical results across runs, block counts, chunk sizes, regimes and fused or
-    /// host-launched calls: every element is accumulated in `f32` over ranks `0..world` in
-    /// order and rounded to the element type once.
-    Deterministic = 1,
+wire_enum! {
+    /// How reductions may combine values.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub enum ReductionMode {
+        /// The fastest datapath available. Today that is the deterministic one on every
+        /// architecture (there is no unordered datapath yet), so results are the same.
+        #[default]
+        Default = 0,
+        /// Bitwise identical results across runs, block counts, chunk sizes, regimes and fused or
+        /// host-launched calls: every element is accumulated in `f32` over ranks `0..world` in
+        /// order and rounded to the element type once.
+        Deterministic = 1,
+    }
 }
 
 /// The tuning knobs of one call, chosen by the host (from `purlin-tuning` tables) or fixed by
