@@ -785,36 +785,63 @@ pub const fn all_reduce_algorithm(plan: &Plan, bytes: u64, world: u32, window: u
     }
 }
 
-/// AllReduce: `dst = src₀ ⊕ src₁ ⊕ … ⊕ src_{world-1}` element-wise, `args.bytes / size_of::<T>()`
-/// elements on every rank. `src == dst` is allowed.
-///
-/// # Safety
-/// `src` and `dst` are valid for `args.bytes` bytes on this rank, 16-byte aligned (else slower
-/// paths run); `ctx` describes the communicator's live buffers; see the module docs for who
-/// enters and what every rank must agree on.
-#[inline(always)]
-pub unsafe fn all_reduce<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    args: &SnacArgs,
-    ctx: &Context,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, C, T, _>(args, ctx, &C::plan(&args.plan), Static::<O>::NEW) }
+/// Declares a reduction collective's two entry points, both running `$with` (with `$form`, if
+/// given, as its last generic argument: the fixed or V form): `$typed`, specialised for the
+/// operator type `O`, and `$op`, for an operator chosen at run time.
+macro_rules! reduction_entry_points {
+    (
+        $(#[$typed_doc:meta])*
+        pub unsafe fn $typed:ident;
+
+        $(#[$op_doc:meta])*
+        pub unsafe fn $op:ident;
+
+        => $with:ident $(, $form:literal)?
+    ) => {
+        $(#[$typed_doc])*
+        #[inline(always)]
+        pub unsafe fn $typed<A: Atom, C: Config, T: Element, O: ReduceOp>(
+            args: &SnacArgs,
+            ctx: &Context,
+        ) {
+            let plan = C::plan(&args.plan);
+            // SAFETY: forwarded contract.
+            unsafe { $with::<A, C, T, _ $(, $form)?>(args, ctx, &plan, Static::<O>::NEW) }
+        }
+
+        $(#[$op_doc])*
+        #[inline(always)]
+        pub unsafe fn $op<A: Atom, C: Config, T: Element>(
+            args: &SnacArgs,
+            ctx: &Context,
+            op: ReduceOpKind,
+        ) {
+            let plan = C::plan(&args.plan);
+            // SAFETY: forwarded contract.
+            unsafe { $with::<A, C, T, _ $(, $form)?>(args, ctx, &plan, op) }
+        }
+    };
 }
 
-/// [`all_reduce`] with the operator chosen at run time: the collective is compiled once for
-/// `T`, and each reduction picks one of the four operators' datapaths with a `match` (static
-/// calls). This is what the host-launched kernels run, their operator being an argument.
-///
-/// # Safety
-/// As [`all_reduce`].
-#[inline(always)]
-pub unsafe fn all_reduce_op<A: Atom, C: Config, T: Element>(
-    args: &SnacArgs,
-    ctx: &Context,
-    op: ReduceOpKind,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { all_reduce_with::<A, C, T, _>(args, ctx, &C::plan(&args.plan), op) }
+reduction_entry_points! {
+    /// AllReduce: `dst = src₀ ⊕ src₁ ⊕ … ⊕ src_{world-1}` element-wise,
+    /// `args.bytes / size_of::<T>()` elements on every rank. `src == dst` is allowed.
+    ///
+    /// # Safety
+    /// `src` and `dst` are valid for `args.bytes` bytes on this rank, 16-byte aligned (else slower
+    /// paths run); `ctx` describes the communicator's live buffers; see the module docs for who
+    /// enters and what every rank must agree on.
+    pub unsafe fn all_reduce;
+
+    /// [`all_reduce`] with the operator chosen at run time: the collective is compiled once for
+    /// `T`, and each reduction picks one of the four operators' datapaths with a `match` (static
+    /// calls). This is what the host-launched kernels run, their operator being an argument.
+    ///
+    /// # Safety
+    /// As [`all_reduce`].
+    pub unsafe fn all_reduce_op;
+
+    => all_reduce_with
 }
 
 /// # Safety
@@ -911,64 +938,38 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
     }
 }
 
-/// ReduceScatter: rank `r`'s `dst` (`args.bytes` bytes) is the reduction over all ranks of
-/// part `r` of their `src` (`world × args.bytes` bytes). `dst` may be part `r` of `src`.
-///
-/// # Safety
-/// As [`all_reduce`], with `src` valid for `world × args.bytes` bytes.
-#[inline(always)]
-pub unsafe fn reduce_scatter<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    args: &SnacArgs,
-    ctx: &Context,
-) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        reduce_scatter_with::<A, C, T, _, false>(args, ctx, &C::plan(&args.plan), Static::<O>::NEW)
-    }
+reduction_entry_points! {
+    /// ReduceScatter: rank `r`'s `dst` (`args.bytes` bytes) is the reduction over all ranks of
+    /// part `r` of their `src` (`world × args.bytes` bytes). `dst` may be part `r` of `src`.
+    ///
+    /// # Safety
+    /// As [`all_reduce`], with `src` valid for `world × args.bytes` bytes.
+    pub unsafe fn reduce_scatter;
+
+    /// [`reduce_scatter`] with the operator chosen at run time (see [`all_reduce_op`]).
+    ///
+    /// # Safety
+    /// As [`reduce_scatter`].
+    pub unsafe fn reduce_scatter_op;
+
+    => reduce_scatter_with, false
 }
 
-/// [`reduce_scatter`] with the operator chosen at run time (see [`all_reduce_op`]).
-///
-/// # Safety
-/// As [`reduce_scatter`].
-#[inline(always)]
-pub unsafe fn reduce_scatter_op<A: Atom, C: Config, T: Element>(
-    args: &SnacArgs,
-    ctx: &Context,
-    op: ReduceOpKind,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, C, T, _, false>(args, ctx, &C::plan(&args.plan), op) }
-}
+reduction_entry_points! {
+    /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
+    /// memory at `args.counts`, the same on every rank); `src` holds them all in rank order.
+    ///
+    /// # Safety
+    /// As [`reduce_scatter`]; `args.counts` valid for `world` values while the call runs.
+    pub unsafe fn reduce_scatter_v;
 
-/// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
-/// memory at `args.counts`, the same on every rank); `src` holds them all in rank order.
-///
-/// # Safety
-/// As [`reduce_scatter`]; `args.counts` valid for `world` values while the call runs.
-#[inline(always)]
-pub unsafe fn reduce_scatter_v<A: Atom, C: Config, T: Element, O: ReduceOp>(
-    args: &SnacArgs,
-    ctx: &Context,
-) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        reduce_scatter_with::<A, C, T, _, true>(args, ctx, &C::plan(&args.plan), Static::<O>::NEW)
-    }
-}
+    /// [`reduce_scatter_v`] with the operator chosen at run time (see [`all_reduce_op`]).
+    ///
+    /// # Safety
+    /// As [`reduce_scatter_v`].
+    pub unsafe fn reduce_scatter_v_op;
 
-/// [`reduce_scatter_v`] with the operator chosen at run time (see [`all_reduce_op`]).
-///
-/// # Safety
-/// As [`reduce_scatter_v`].
-#[inline(always)]
-pub unsafe fn reduce_scatter_v_op<A: Atom, C: Config, T: Element>(
-    args: &SnacArgs,
-    ctx: &Context,
-    op: ReduceOpKind,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { reduce_scatter_with::<A, C, T, _, true>(args, ctx, &C::plan(&args.plan), op) }
+    => reduce_scatter_with, true
 }
 
 /// # Safety
