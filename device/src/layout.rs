@@ -52,40 +52,35 @@ impl Layout for Packed {
     }
 }
 
-/// `world` parts of `bytes` bytes; part `q` goes to (or belongs to) rank `q`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scattered {
-    /// Bytes of one part.
-    pub bytes: u64,
+/// Defines layouts of `world` parts of `bytes` bytes, part `q` at bytes
+/// `q × bytes .. (q + 1) × bytes`.
+macro_rules! slots {
+    ($($(#[$doc:meta])* $name:ident;)+) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name {
+            /// Bytes of one part.
+            pub bytes: u64,
+        }
+
+        impl Layout for $name {
+            #[inline(always)]
+            fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+                (peer as u64 * self.bytes, self.bytes)
+            }
+            #[inline(always)]
+            fn max_part(&self, _: u32) -> Option<u64> {
+                Some(self.bytes)
+            }
+        }
+    )+};
 }
 
-impl Layout for Scattered {
-    #[inline(always)]
-    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
-        (peer as u64 * self.bytes, self.bytes)
-    }
-    #[inline(always)]
-    fn max_part(&self, _: u32) -> Option<u64> {
-        Some(self.bytes)
-    }
-}
-
-/// `world` parts of `bytes` bytes; part `p` comes from rank `p`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Transposed {
-    /// Bytes of one part.
-    pub bytes: u64,
-}
-
-impl Layout for Transposed {
-    #[inline(always)]
-    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
-        (peer as u64 * self.bytes, self.bytes)
-    }
-    #[inline(always)]
-    fn max_part(&self, _: u32) -> Option<u64> {
-        Some(self.bytes)
-    }
+slots! {
+    /// `world` parts of `bytes` bytes; part `q` goes to (or belongs to) rank `q`.
+    Scattered;
+    /// `world` parts of `bytes` bytes; part `p` comes from rank `p`.
+    Transposed;
 }
 
 /// Reads `counts[i]` (device or host memory).
@@ -134,57 +129,71 @@ impl Layout for PackedV {
     }
 }
 
-/// Parts of `counts[q]` elements, one after the other in rank order (AllGatherV output,
-/// ReduceScatterV and AllToAllV input): part `q` starts at element `starts[q]`, the sum of the
-/// counts before it (the collectives compute them once per call, with the counts' check).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScatteredV {
-    /// One count per part (valid for `world` values while the collective runs).
-    pub counts: *const u64,
-    /// Where each part starts, in elements: `starts[q] = counts[0] + … + counts[q - 1]`
-    /// (valid for `world` values while the collective runs).
-    pub starts: *const u64,
-    /// Bytes per element.
-    pub elem_bytes: u32,
+/// Defines a layout of parts of `counts[q]` elements of `elem_bytes`, part `q` starting at element
+/// `starts[q]`, with the given `max_part` (written as `|self, world| value`).
+macro_rules! counted_parts {
+    (
+        $(#[$doc:meta])*
+        $name:ident {
+            $(#[$counts_doc:meta])*
+            counts,
+            $(#[$starts_doc:meta])*
+            starts,
+        },
+        |$self:ident, $world:tt| $max_part:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name {
+            $(#[$counts_doc])*
+            pub counts: *const u64,
+            $(#[$starts_doc])*
+            pub starts: *const u64,
+            /// Bytes per element.
+            pub elem_bytes: u32,
+        }
+
+        impl Layout for $name {
+            #[inline(always)]
+            fn part(&self, _: u32, peer: u32) -> (u64, u64) {
+                // SAFETY: the type's contract.
+                unsafe { part_at(self.counts, self.starts, self.elem_bytes, peer) }
+            }
+            #[inline(always)]
+            fn max_part(&$self, $world: u32) -> Option<u64> {
+                $max_part
+            }
+        }
+    };
 }
 
-impl Layout for ScatteredV {
-    #[inline(always)]
-    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
-        // SAFETY: the type's contract.
-        unsafe { part_at(self.counts, self.starts, self.elem_bytes, peer) }
-    }
-    #[inline(always)]
-    fn max_part(&self, world: u32) -> Option<u64> {
-        Some(max_count(self.counts, world) * self.elem_bytes as u64)
-    }
-}
+counted_parts!(
+    /// Parts of `counts[q]` elements, one after the other in rank order (AllGatherV output,
+    /// ReduceScatterV and AllToAllV input): part `q` starts at element `starts[q]`, the sum of the
+    /// counts before it (the collectives compute them once per call, with the counts' check).
+    ScatteredV {
+        /// One count per part (valid for `world` values while the collective runs).
+        counts,
+        /// Where each part starts, in elements: `starts[q] = counts[0] + … + counts[q - 1]`
+        /// (valid for `world` values while the collective runs).
+        starts,
+    },
+    |self, world| Some(max_count(self.counts, world) * self.elem_bytes as u64)
+);
 
-/// Parts of `counts[p]` elements received from rank `p`, in rank order (AllToAllV output),
-/// part `p` starting at element `starts[p]` (as [`ScatteredV`]). Only this rank's counts are
-/// known here, so the largest part of other ranks is not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TransposedV {
-    /// One count per source rank (valid for `world` values while the collective runs).
-    pub counts: *const u64,
-    /// Where each part starts, in elements (valid for `world` values while the collective
-    /// runs).
-    pub starts: *const u64,
-    /// Bytes per element.
-    pub elem_bytes: u32,
-}
-
-impl Layout for TransposedV {
-    #[inline(always)]
-    fn part(&self, _: u32, peer: u32) -> (u64, u64) {
-        // SAFETY: the type's contract.
-        unsafe { part_at(self.counts, self.starts, self.elem_bytes, peer) }
-    }
-    #[inline(always)]
-    fn max_part(&self, _: u32) -> Option<u64> {
-        None
-    }
-}
+counted_parts!(
+    /// Parts of `counts[p]` elements received from rank `p`, in rank order (AllToAllV output),
+    /// part `p` starting at element `starts[p]` (as [`ScatteredV`]). Only this rank's counts are
+    /// known here, so the largest part of other ranks is not.
+    TransposedV {
+        /// One count per source rank (valid for `world` values while the collective runs).
+        counts,
+        /// Where each part starts, in elements (valid for `world` values while the collective
+        /// runs).
+        starts,
+    },
+    |self, _| None
+);
 
 /// The largest of `counts[0..world]`.
 #[inline(never)]
