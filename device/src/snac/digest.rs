@@ -109,15 +109,13 @@ pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64
     if mine[1] != theirs[1] {
         return Some((DigestField::Size, mine[1], theirs[1]));
     }
-    if mine[2] as u32 != theirs[2] as u32 {
-        return Some((
+    if mine[2] != theirs[2] {
+        return halves(
+            mine[2],
+            theirs[2],
             DigestField::Plan,
-            mine[2] as u32 as u64,
-            theirs[2] as u32 as u64,
-        ));
-    }
-    if mine[2] >> 32 != theirs[2] >> 32 {
-        return Some((DigestField::Workspace, mine[2] >> 32, theirs[2] >> 32));
+            DigestField::Workspace,
+        );
     }
     if mine[3] != theirs[3] {
         // An AllToAllV's packet is the count one rank sends the other. Any other call's holds
@@ -126,14 +124,30 @@ pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64
         if matches!(kind, Some(CollectiveKind::AllToAllV)) {
             return Some((DigestField::Counts, mine[3], theirs[3]));
         }
-        if mine[3] as u32 != theirs[3] as u32 {
-            return Some((
-                DigestField::Counts,
-                mine[3] as u32 as u64,
-                theirs[3] as u32 as u64,
-            ));
-        }
-        return Some((DigestField::Buffers, mine[3] >> 32, theirs[3] >> 32));
+        return halves(
+            mine[3],
+            theirs[3],
+            DigestField::Counts,
+            DigestField::Buffers,
+        );
+    }
+    None
+}
+
+/// The first half of a packet in which this rank's and the peer's differ, `low` (the low 32 bits)
+/// or `high`, with both values of that half.
+#[inline(always)]
+const fn halves(
+    mine: u64,
+    theirs: u64,
+    low: DigestField,
+    high: DigestField,
+) -> Option<(DigestField, u64, u64)> {
+    if mine as u32 != theirs as u32 {
+        return Some((low, mine as u32 as u64, theirs as u32 as u64));
+    }
+    if mine >> 32 != theirs >> 32 {
+        return Some((high, mine >> 32, theirs >> 32));
     }
     None
 }
