@@ -144,7 +144,8 @@ pub(crate) unsafe fn ring_copy(
 
 /// Reduces through the ring into every destination: stage `q` holds group `q / n` of source
 /// `q % n`, so the ring stays full whatever the number of sources. Two, four or eight sources
-/// (the worlds of one node) take [`ring_reduce_unrolled`] over the whole groups first.
+/// (the worlds of one node) of types of at most 8 lanes per vector take
+/// [`ring_reduce_unrolled`] over the whole groups first.
 ///
 /// # Safety
 /// As [`Atom::reduce_to_all`], with `smem` holding `ring_bytes` of the block's threads.
@@ -157,9 +158,13 @@ pub(crate) unsafe fn ring_reduce<T: Element, O: ReduceOp>(
     smem: *mut u8,
 ) {
     let ring = Ring::new(smem, coop, count / T::LANES);
+    // Vectors of more than 8 lanes (the fp8 types) keep the general loop: a written-out pass
+    // of 16-lane accumulators and their conversions needs more registers than a thread has
+    // (ptxas spilled e4m3's thousands of times at 255 registers).
     // SAFETY (all arms): forwarded contract; each arm's source count is the slice's.
     let first_group = unsafe {
         match srcs.len() {
+            _ if T::LANES > 8 => 0,
             2 => ring_reduce_unrolled::<T, O, 2>(&ring, dsts, srcs),
             4 => ring_reduce_unrolled::<T, O, 4>(&ring, dsts, srcs),
             8 => ring_reduce_unrolled::<T, O, 8>(&ring, dsts, srcs),
