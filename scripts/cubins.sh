@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Precompiles for sm_90 (the GPU the suite runs on) every sm_90 PTX file of PTX_DIR, and the
-# older architectures' Atom kernels (the Atom tests load each architecture's module, whose
-# driver JIT would take a minute), into OUT_DIR with ptxas: <stem>.cubin beside
+# Precompiles for sm_90 (the GPU the suite runs on) every sm_70, sm_80 and sm_90 PTX file of
+# PTX_DIR (the Atom tests open the GPU once per architecture, which loads that architecture's
+# modules: without a cubin the driver JIT-compiles each for minutes, more than the test's
+# bound), into OUT_DIR with ptxas: <stem>.cubin beside
 # <stem>.fingerprint, the FNV-1a hash of the PTX it was made from (purlin::ptx::fingerprint),
 # so a GPU machine loads them instead of JIT-compiling the PTX (PURLIN_CUBIN_DIR, see
 # purlin::ptx::precompiled) and ignores a stale one.
@@ -11,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 ptx_dir=$1 out=$2
 ptxas=$("$root/scripts/tools.sh" ptxas)
 mkdir -p "$out"
-for f in "$ptx_dir"/*.sm_90.ptx "$ptx_dir"/purlin_atom_kernels.sm_{70,80}.ptx; do
+for f in "$ptx_dir"/*.sm_{70,80,90}.ptx; do
   [ -f "$f" ] || continue
   stem=$(basename "$f" .ptx)
   "$ptxas" -arch=sm_90 "$f" -o "$out/$stem.cubin" &
