@@ -657,8 +657,9 @@ fn a_rank_that_never_joins_gives_a_timeout_naming_it() {
             assert!(e.is_none());
             continue;
         }
-        // The first rank to give up names the absent rank; the others stop at once, naming
-        // the first one and its cause.
+        // Every present rank reports its own timeout naming the absent rank, whichever rank
+        // gave up first (before the rule in the device's `Call::spin`, the ranks told of the
+        // first one's timeout reported `PeerFaulted`).
         match e {
             Some(Err(Error::Timeout {
                 collective,
@@ -670,19 +671,6 @@ fn a_rank_that_never_joins_gives_a_timeout_naming_it() {
                 assert_eq!(
                     (*collective, *rank, *peer, *peer_missing),
                     ("all_gather", r as u32, absent, true)
-                );
-            }
-            Some(Err(Error::PeerFaulted {
-                collective,
-                rank,
-                first,
-                cause,
-            })) => {
-                assert_eq!((*collective, *rank), ("all_gather", r as u32));
-                assert_ne!(*first, absent);
-                assert!(
-                    cause.contains(&format!("rank {absent} never launched")),
-                    "rank {r}: {cause}"
                 );
             }
             other => panic!("rank {r}: {other:?}"),

@@ -523,11 +523,24 @@ impl<'a> Call<'a> {
         first
     }
 
+    /// The rank a peer's fault (its abort record's `cause`) says never launched this call, if
+    /// it never arrived here either. Such a rank is this rank's own finding, not only the
+    /// peer's: reported as this rank's timeout naming it, every present rank reports the same
+    /// absent rank whichever gave up first.
+    #[inline(never)]
+    fn also_missing(&self, cause: u64) -> Option<u32> {
+        let fault = super::fault::Fault::from_cause(0, cause, 0)?;
+        let q = fault.peer;
+        let missing = fault.kind == FaultKind::Timeout && fault.peer_missing;
+        (missing && q < self.world() && q != self.me() && !self.arrived(q)).then_some(q)
+    }
+
     /// Spins until `poll` returns `None` (done), at most `timeout_ns`. `poll` returns
     /// `Some(observed)` while not done. Records a timeout fault (waiting for `peer`'s `kind`,
     /// flag `awaited`) on expiry; leaves at once if another block of this rank faulted, if a
-    /// peer's abort record says it faulted (recording that), or if `peer`'s digest for this
-    /// call differs from this rank's (recording that).
+    /// peer's abort record says it faulted (recording that; or, when the peer timed out on a
+    /// rank that never arrived here either, this rank's own timeout naming that rank), or if
+    /// `peer`'s digest for this call differs from this rank's (recording that).
     #[inline(always)]
     pub(crate) fn spin<P: FnMut() -> Option<u64>>(
         &self,
@@ -552,7 +565,10 @@ impl<'a> Call<'a> {
                     return Err(Left);
                 }
                 if let Some((first, cause, time)) = self.peer_fault() {
-                    self.record(FaultKind::PeerFaulted, first, kind, 0, time, cause);
+                    match self.also_missing(cause) {
+                        Some(q) => self.record(FaultKind::Timeout, q, kind, awaited, observed, 0),
+                        None => self.record(FaultKind::PeerFaulted, first, kind, 0, time, cause),
+                    }
                     return Err(Left);
                 }
                 if (polls - FAST_POLLS) % DIGEST_POLLS == 1
