@@ -708,9 +708,8 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
     };
     call.announce_arrival();
     if packets {
-        let bound = stream_bound(kind, args);
-        // SAFETY: forwarded contract; every stream fits a window and the bound (`lean`).
-        let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer, bound) };
+        // SAFETY: forwarded contract; every stream fits a window (`lean`).
+        let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer) };
         call.finish(1, args.blocks, coll_blocks);
         return;
     }

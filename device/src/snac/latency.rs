@@ -334,8 +334,7 @@ pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
     let units = units(bytes);
-    let first = call.block as u64 * call.threads as u64 + call.tid as u64;
-    let stride = blocks as u64 * call.threads as u64;
+    let (first, stride) = lanes(call, blocks);
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
@@ -349,7 +348,7 @@ pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
         u += stride;
     }
     call.mark(Point::Sent);
-    call.check_digests_early(units);
+    call.check_digests_early();
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
@@ -382,8 +381,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
     let shard_first = |q: u64| even_split(units as usize, world as usize, q as usize).0 as u64;
     let (mine, my_len) = even_split(units as usize, world as usize, me as usize);
     let (mine, my_len) = (mine as u64, my_len as u64);
-    let first = call.block as u64 * call.threads as u64 + call.tid as u64;
-    let stride = blocks as u64 * call.threads as u64;
+    let (first, stride) = lanes(call, blocks);
 
     // 1. Scatter: the units of shard q to rank q.
     let mut u = first;
@@ -403,7 +401,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
         u += stride;
     }
     call.mark(Point::Sent);
-    call.check_digests_early(units);
+    call.check_digests_early();
     // 2. Reduce this rank's shard, keep it, and send it to every peer.
     let mut i = first;
     while i < my_len {
@@ -444,19 +442,28 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
     Ok(())
 }
 
-/// The index of this thread among the call's `blocks × threads`, and their number.
+/// This thread's first unit and the stride over units: the call's `blocks × threads` threads
+/// take the units in turn, except block 0's last warp when [`Call::keeps_digest_warp`] (it
+/// checks the digests while the others wait for the data), whose threads take none.
 #[inline(always)]
 fn lanes(call: &Call, blocks: u32) -> (u64, u64) {
-    (
-        call.block as u64 * call.threads as u64 + call.tid as u64,
-        blocks as u64 * call.threads as u64,
-    )
+    let (block, threads, tid) = (call.block as u64, call.threads as u64, call.tid as u64);
+    let lane = block * threads + tid;
+    let lanes = blocks as u64 * threads;
+    if !call.keeps_digest_warp() {
+        return (lane, lanes);
+    }
+    let kept = 32;
+    match block {
+        0 if tid >= threads - kept => (u64::MAX, lanes - kept),
+        0 => (lane, lanes - kept),
+        _ => (lane - kept, lanes - kept),
+    }
 }
 
 /// Runs a collective's streams over packets (see the module docs). Every stream fits a window
-/// (`units(len) × UNIT_WINDOW <= latency_window_bytes`, the caller's check) and holds at most
-/// `bound` bytes; the same thread pushes and consumes a unit index, so in-place layouts the
-/// collectives allow stay correct.
+/// (`units(len) × UNIT_WINDOW <= latency_window_bytes`, the caller's check); the same thread
+/// pushes and consumes a unit index, so in-place layouts the collectives allow stay correct.
 ///
 /// # Safety
 /// The streams describe this rank's valid buffers; every thread of every block of the call
@@ -467,7 +474,6 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
     streams: &S,
     blocks: u32,
     reducer: R,
-    bound: u64,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
@@ -489,7 +495,7 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
         }
     }
     call.mark(Point::Sent);
-    call.check_digests_early(units(bound));
+    call.check_digests_early();
     // 2. Consume. Peers' streams first, unit by unit across IN_FLIGHT streams at a time (see
     // `gather_unit`): one round trip for the peers' units already here, not one per peer.
     // SAFETY: forwarded contract.

@@ -392,9 +392,9 @@ impl<'a> Call<'a> {
     /// This thread's share of the digest check (block 0): waits until the digest of every
     /// peer it checks is there and compares it; false if one differs or a wait failed (a fault
     /// is recorded). The last threads of the block check, one peer each (thread
-    /// `threads - 1 - q` checks peer `q`): another warp than the first, which holds the data of
-    /// small calls, so that [`check_digests_early`](Self::check_digests_early) overlaps the
-    /// check with the data wait.
+    /// `threads - 1 - q` checks peer `q`): the warp the packet paths keep out of the data, so
+    /// that [`check_digests_early`](Self::check_digests_early) overlaps the check with the
+    /// data wait.
     #[inline(never)]
     fn check_my_digests(&self) -> bool {
         let mut ok = true;
@@ -423,17 +423,24 @@ impl<'a> Call<'a> {
         ok
     }
 
-    /// Checks this thread's share of the peers' digests now, on block 0, rather than at
-    /// [`finish`](Self::finish): called by the packet paths between sending and receiving,
-    /// where the checking threads (the block's last warp) wait for the digests while the
-    /// first warps wait for the data. `busy` is how many of block 0's first threads have units
-    /// to receive: when the last warp is among them the check stays at the end, since a warp
-    /// that checks and then receives runs the receive after the others, alone (on the H200
-    /// that cost 4-6 µs, more than the overlap saves). Every thread of the block calls.
+    /// Whether block 0's last warp is kept out of a packet path's data to check the digests
+    /// ([`check_digests_early`](Self::check_digests_early)): blocks of at least two warps, and
+    /// one thread of that warp per peer.
     #[inline(always)]
-    pub(crate) fn check_digests_early(&self, busy: u64) {
-        let last_warp = self.threads.saturating_sub(32) as u64;
-        if self.block == 0 && busy <= last_warp && self.world() <= 32 {
+    pub(crate) const fn keeps_digest_warp(&self) -> bool {
+        self.threads >= 64 && self.ctx.world <= 32
+    }
+
+    /// Checks this thread's share of the peers' digests now, on block 0, rather than at
+    /// [`finish`](Self::finish): called by the packet paths between sending and receiving.
+    /// The checking threads are block 0's last warp, which takes no data there
+    /// ([`keeps_digest_warp`](Self::keeps_digest_warp)), so the check overlaps the other
+    /// warps' wait for the data. (A warp that checked and then received ran the receive after
+    /// the others, alone: 4-6 µs more on the H200 than the overlap saved.) Every thread of the
+    /// block calls.
+    #[inline(always)]
+    pub(crate) fn check_digests_early(&self) {
+        if self.block == 0 && self.keeps_digest_warp() {
             let ok = self.check_my_digests();
             self.digests.set(if ok {
                 Digests::Matched
