@@ -708,8 +708,9 @@ unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
     };
     call.announce_arrival();
     if packets {
-        // SAFETY: forwarded contract; every stream fits a window (`lean`).
-        let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer) };
+        let bound = stream_bound(kind, args);
+        // SAFETY: forwarded contract; every stream fits a window and the bound (`lean`).
+        let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer, bound) };
         call.finish(1, args.blocks, coll_blocks);
         return;
     }

@@ -423,9 +423,9 @@ impl<'a> Call<'a> {
         ok
     }
 
-    /// Whether block 0's last warp is kept out of a packet path's data to check the digests
-    /// ([`check_digests_early`](Self::check_digests_early)): blocks of at least two warps, and
-    /// one thread of that warp per peer.
+    /// Whether block 0's last warp may be kept out of a packet path's data to check the
+    /// digests ([`check_digests_early`](Self::check_digests_early)): blocks of at least two
+    /// warps, and one thread of that warp per peer. The path keeps it when that costs no pass.
     #[inline(always)]
     pub(crate) const fn keeps_digest_warp(&self) -> bool {
         self.threads >= 64 && self.ctx.world <= 32
@@ -433,14 +433,14 @@ impl<'a> Call<'a> {
 
     /// Checks this thread's share of the peers' digests now, on block 0, rather than at
     /// [`finish`](Self::finish): called by the packet paths between sending and receiving.
-    /// The checking threads are block 0's last warp, which takes no data there
-    /// ([`keeps_digest_warp`](Self::keeps_digest_warp)), so the check overlaps the other
-    /// warps' wait for the data. (A warp that checked and then received ran the receive after
-    /// the others, alone: 4-6 µs more on the H200 than the overlap saved.) Every thread of the
-    /// block calls.
+    /// The checking threads are block 0's last warp, which `warp_kept` says the path kept out
+    /// of the data ([`keeps_digest_warp`](Self::keeps_digest_warp) allows it), so the check
+    /// overlaps the other warps' wait for the data; otherwise the check stays at the end. (A
+    /// warp that checked and then received ran the receive after the others, alone: 4-6 µs
+    /// more on the H200 than the overlap saved.) Every thread of the block calls.
     #[inline(always)]
-    pub(crate) fn check_digests_early(&self) {
-        if self.block == 0 && self.keeps_digest_warp() {
+    pub(crate) fn check_digests_early(&self, warp_kept: bool) {
+        if self.block == 0 && warp_kept {
             let ok = self.check_my_digests();
             self.digests.set(if ok {
                 Digests::Matched
