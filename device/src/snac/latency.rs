@@ -453,18 +453,19 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
 /// This thread's share of a packet path's units: its first unit, the stride, and whether
 /// block 0's last warp is kept out of the data to check the digests meanwhile
 /// ([`Call::check_digests_early`]). The call's `blocks × threads` threads take the units in
-/// turn; the warp is kept when [`Call::keeps_digest_warp`] allows it and the others still take
-/// the call's longest loop (`most` units) in as many passes: a thread given one more unit than
-/// its peers would wait for it alone, a round trip more than the overlap saves (AllReduce of
-/// 32 KiB at 8 ranks on 8 × 256 threads: 12.4 -> 13.2 µs on the H200 when it was kept anyway).
+/// turn; the warp is kept when [`Call::keeps_digest_warp`] allows it and the other threads
+/// still take the call's longest loop (`most` units) in one pass: a thread given one more unit
+/// than its peers would wait for it alone, a round trip more than the overlap saves (AllReduce
+/// of 32 KiB at 8 ranks on 8 × 256 threads: 12.4 -> 13.2 µs on the H200 when it was kept
+/// anyway). Longer loops check at the end. (No division: it would run before the first
+/// packet leaves.)
 #[inline(always)]
 fn lanes(call: &Call, blocks: u32, most: u64) -> Lanes {
     let (block, threads, tid) = (call.block as u64, call.threads as u64, call.tid as u64);
     let lane = block * threads + tid;
     let all = blocks as u64 * threads;
     const KEPT: u64 = 32;
-    let kept =
-        call.keeps_digest_warp() && all > KEPT && most.div_ceil(all - KEPT) <= most.div_ceil(all);
+    let kept = call.keeps_digest_warp() && most.saturating_add(KEPT) <= all;
     let (first, stride) = match (kept, block) {
         (false, _) => (lane, all),
         (true, 0) if tid >= threads - KEPT => (u64::MAX, all - KEPT),
