@@ -78,7 +78,7 @@ pub struct Context {
     /// stream (allocated on first use).
     side: Mutex<Option<(Arc<CudaStream>, crate::cuda::Pinned)>>,
     /// The live symmetric buffers made on this context, which its collectives recognise.
-    symmetric: Arc<crate::symmetric::registry::Registry>,
+    symmetric: Arc<crate::allocation::registry::Registry>,
     released: bool,
 }
 
@@ -158,7 +158,7 @@ impl Context {
     }
 
     /// The live symmetric buffers made on this context.
-    pub(crate) fn symmetric_buffers(&self) -> &Arc<crate::symmetric::registry::Registry> {
+    pub(crate) fn symmetric_buffers(&self) -> &Arc<crate::allocation::registry::Registry> {
         &self.symmetric
     }
 

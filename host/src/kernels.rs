@@ -3,7 +3,7 @@
 //! every part of the host (the GPU handle that fetches the kernels, the collectives that
 //! launch them) can use it.
 
-use crate::atom::kind::AtomKind;
+use crate::atom_kind::AtomKind;
 use crate::ptx::{self, Arch};
 use purlin_device::element::DataType;
 use purlin_device::snac::CollectiveKind;

@@ -29,7 +29,9 @@
 
 #![warn(missing_docs)]
 
+mod allocation;
 pub mod atom;
+mod atom_kind;
 pub mod bootstrap;
 pub mod collective;
 pub mod context;

@@ -34,13 +34,13 @@
 //! # Ok::<(), purlin::Error>(())
 //! ```
 
+use crate::allocation::Symmetric;
 use crate::atom::{self, AtomKind};
 use crate::context::Context;
 use crate::cuda;
 use crate::error::{Error, Result};
 use crate::launch::{Kernel, LaunchShape};
 use crate::memory::{Memory, Span};
-use crate::symmetric::Symmetric;
 use crate::validate;
 use purlin_device::context::MAX_RANKS;
 use std::sync::atomic::{AtomicU64, Ordering};

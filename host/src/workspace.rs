@@ -17,11 +17,11 @@
 //! # Ok::<(), purlin::Error>(())
 //! ```
 
+use crate::allocation::Symmetric;
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::memory::{Allocator, MIN_ALIGN, Memory};
-use crate::symmetric::Symmetric;
 use crate::validate;
 use purlin_device::context::{LocalState, WorkspaceLayout};
 use std::sync::Arc;

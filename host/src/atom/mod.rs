@@ -6,9 +6,8 @@ use crate::error::{Error, Result, check_pointer};
 use crate::gpu::Gpu;
 use crate::launch::{KernelArgs, LaunchShape, launch_on};
 
-pub(crate) mod kind;
+pub use crate::atom_kind::AtomKind;
 use cudarc::driver::CudaStream;
-pub use kind::AtomKind;
 
 impl AtomKind {
     /// Refuses an Atom the GPU's loaded PTX does not contain.

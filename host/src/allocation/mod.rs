@@ -1,11 +1,9 @@
 //! Symmetric allocations: every rank allocates the same number of bytes, and every rank can
 //! address every other rank's buffer. The one mechanism under workspaces, windows and the
-//! [`SymmetricBuffer`]s that collectives run one pass over.
+//! [`SymmetricBuffer`](crate::SymmetricBuffer)s that collectives run one pass over, and the
+//! registry through which a context finds the symmetric buffers of a call.
 
-mod buffer;
 pub(crate) mod registry;
-
-pub use buffer::SymmetricBuffer;
 
 use crate::bootstrap::{Bootstrap, Reader, Record};
 use crate::cuda;

@@ -1,8 +1,8 @@
 //! [`SymmetricBuffer`]: a typed device buffer allocated on every rank together and mapped in
 //! every peer, which the collectives recognise and run in one pass over.
 
-use super::Symmetric;
-use super::registry::Registry;
+use crate::allocation::Symmetric;
+use crate::allocation::registry::Registry;
 use crate::context::Context;
 use crate::cuda;
 use crate::error::{Error, Result};
@@ -154,7 +154,9 @@ impl<T> SymmetricBuffer<T> {
             Ok(())
         })();
         // Every rank registers the buffer, or none: its number must be the same everywhere.
-        if let Err(e) = super::agree(&**ws.bootstrap(), written, "symmetric buffer table") {
+        if let Err(e) =
+            crate::allocation::agree(&**ws.bootstrap(), written, "symmetric buffer table")
+        {
             if let Err(r) = sym.release() {
                 tracing::warn!(%r, "releasing a symmetric buffer after a failed setup failed");
             }
