@@ -159,6 +159,9 @@ pub enum Error {
     },
     /// A wait for another rank ran out of time (a rank that never arrives is an error, never a
     /// hang). Decoded from the fault record a kernel leaves, or raised by a host-side wait.
+    /// When a rank never launches a call, every rank that did reports this, naming it
+    /// (`peer_missing`): a rank that learns of another's timeout on a rank it has not seen
+    /// arrive either reports its own, not [`PeerFaulted`](Self::PeerFaulted).
     #[error(
         "{collective} timed out on rank {rank} waiting for rank {peer}: {} (epoch {epoch})",
         if *peer_missing { "it never launched the call (a rank that stopped, or a host thread blocked outside Purlin)".to_string() } else { format!("it is in the call but {waiting_for} did not come") }
