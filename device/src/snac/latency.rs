@@ -22,7 +22,7 @@
 use super::fault::SignalKind;
 use super::packet;
 use super::staging::{Get, Streams};
-use super::sync::{Call, Left};
+use super::sync::{Call, DIGEST_WARP, Left};
 use super::trace::Point;
 use super::transfer::{Operator, Reducer, Typed};
 use crate::arch;
@@ -464,7 +464,7 @@ fn lanes(call: &Call, blocks: u32, most: u64) -> Lanes {
     let (block, threads, tid) = (call.block as u64, call.threads as u64, call.tid as u64);
     let lane = block * threads + tid;
     let all = blocks as u64 * threads;
-    const KEPT: u64 = 32;
+    const KEPT: u64 = DIGEST_WARP as u64;
     let kept = call.keeps_digest_warp() && most.saturating_add(KEPT) <= all;
     let (first, stride) = match (kept, block) {
         (false, _) => (lane, all),

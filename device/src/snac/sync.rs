@@ -96,6 +96,10 @@ enum Digests {
 /// Scratch words: two alternating broadcast words, then the epoch (two words).
 const EPOCH_WORD: usize = 2;
 
+/// Threads of block 0's last warp, which check the peers' digests one peer each
+/// ([`Call::keeps_digest_warp`]).
+pub(crate) const DIGEST_WARP: u32 = 32;
+
 impl<'a> Call<'a> {
     /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it) and
     /// keeps the call's digest in the scratch. The call is traced if `plan` says so
@@ -423,12 +427,13 @@ impl<'a> Call<'a> {
         ok
     }
 
-    /// Whether block 0's last warp may be kept out of a packet path's data to check the
-    /// digests ([`check_digests_early`](Self::check_digests_early)): blocks of at least two
-    /// warps, and one thread of that warp per peer. The path keeps it when that costs no pass.
+    /// Whether block 0's last warp ([`DIGEST_WARP`] threads) may be kept out of a packet
+    /// path's data to check the digests ([`check_digests_early`](Self::check_digests_early)):
+    /// blocks of at least two warps, and one thread of that warp per peer. The path keeps it
+    /// when that costs no pass.
     #[inline(always)]
     pub(crate) const fn keeps_digest_warp(&self) -> bool {
-        self.threads >= 64 && self.ctx.world <= 32
+        self.threads >= 2 * DIGEST_WARP && self.ctx.world <= DIGEST_WARP
     }
 
     /// Checks this thread's share of the peers' digests now, on block 0, rather than at
