@@ -10,7 +10,6 @@
 use clap::Parser;
 use purlin::collective::{Algorithm, CollectiveKind, Options};
 use purlin::{DataType, Gpu, ReduceOpKind};
-use purlin_bench::report::Collective;
 use purlin_bench::run::{self, Sweep};
 use purlin_tuning::{Choice, Row, Table, write_rows};
 
@@ -26,11 +25,11 @@ struct Args {
     /// Collectives to tune.
     #[arg(
         long,
-        value_enum,
         value_delimiter = ',',
-        default_value = "ar,ag,rs,a2a,agv,rsv,a2av"
+        default_value = "ar,ag,rs,a2a,agv,rsv,a2av",
+        value_parser = purlin_bench::report::parse_collective
     )]
-    collectives: Vec<Collective>,
+    collectives: Vec<CollectiveKind>,
     /// Band upper bounds (dispatch sizes); the last band is open-ended.
     #[arg(long, value_delimiter = ',', default_value = "64K,1M,16M,256M", value_parser = purlin_bench::sizes::parse_size)]
     bands: Vec<u64>,
@@ -42,22 +41,10 @@ struct Args {
     out: std::path::PathBuf,
 }
 
-fn kind(c: Collective) -> CollectiveKind {
-    match c {
-        Collective::Ar => CollectiveKind::AllReduce,
-        Collective::Ag => CollectiveKind::AllGather,
-        Collective::Rs => CollectiveKind::ReduceScatter,
-        Collective::A2a => CollectiveKind::AllToAll,
-        Collective::Agv => CollectiveKind::AllGatherV,
-        Collective::Rsv => CollectiveKind::ReduceScatterV,
-        Collective::A2av => CollectiveKind::AllToAllV,
-    }
-}
-
 /// The benchmark size whose dispatch size is `band` for `c` on `world` ranks.
-fn size_for_band(c: Collective, world: u32, band: u64) -> u64 {
+fn size_for_band(c: CollectiveKind, world: u32, band: u64) -> u64 {
     match c {
-        Collective::Ar => band,
+        CollectiveKind::AllReduce => band,
         _ => band * world as u64,
     }
 }
@@ -81,7 +68,7 @@ fn main() {
         for &c in &args.collectives {
             for (bi, &band) in args.bands.iter().enumerate() {
                 let size = size_for_band(c, world, band);
-                let start = base.lookup(gpu.compute_capability(), world, kind(c), band);
+                let start = base.lookup(gpu.compute_capability(), world, c, band);
                 // Every candidate is timed on one context and one set of buffers: the staged
                 // knobs (producer blocks, chunk size) for every block count, with the plan's
                 // algorithm and, for AllReduce, the throughput regime forced; and for AllReduce
@@ -89,7 +76,7 @@ fn main() {
                 // reach the packet paths; a forced algorithm that does not fit the workspace
                 // falls back to the throughput regime, so every candidate is valid).
                 let (staged_algorithms, latency): (&[Option<Algorithm>], &[Algorithm]) =
-                    if c == Collective::Ar {
+                    if c == CollectiveKind::AllReduce {
                         (
                             &[None, Some(Algorithm::Throughput)],
                             &[Algorithm::OneShot, Algorithm::TwoShot],
@@ -173,7 +160,7 @@ fn main() {
                         choice.blocks,
                         choice.plan.put_blocks,
                         choice.plan.chunk_bytes,
-                        choice.plan.algorithm()
+                        Algorithm::of(&choice.plan)
                     );
                     let max_bytes = if bi + 1 == args.bands.len() {
                         u64::MAX
@@ -183,7 +170,7 @@ fn main() {
                     rows.push(Row {
                         arch: gpu.compute_capability(),
                         world,
-                        collective: kind(c),
+                        collective: c,
                         max_bytes,
                         blocks: choice.blocks,
                         plan: choice.plan,

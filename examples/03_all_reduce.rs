@@ -84,8 +84,8 @@ fn on_gpu(gpu: std::sync::Arc<Gpu>, world: u32, count: usize) -> purlin::Result<
 
 /// 1'. On the CPU emulation: the same device code, one thread per (rank, block).
 fn on_cpu(world: u32, count: usize) -> Result<(), String> {
+    use purlin::purlin_device::collective::CollectiveKind;
     use purlin::purlin_device::emulation::{Buffer, Communicator, Launch};
-    use purlin::purlin_device::snac::CollectiveKind;
     let comm = Communicator::builder(world)
         .build()
         .map_err(|e| e.to_string())?;

@@ -7,10 +7,11 @@
 //! for bit and an f64 reference within the type's tolerance. Outputs are poisoned before every
 //! run; inputs are fresh random values (seed printed; `PURLIN_TEST_SEED` replays).
 
+use purlin_device::collective::{Algorithm, CollectiveKind};
 use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::{Algorithm, CollectiveKind, FaultKind, Plan};
+use purlin_device::snac::{FaultKind, Plan};
 use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
 use rand::RngExt;
 use rand::rngs::SmallRng;

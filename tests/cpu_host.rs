@@ -877,6 +877,72 @@ fn overlapping_buffers_are_refused_where_the_collective_does_not_allow_them() {
     ctx.finalize().unwrap();
 }
 
+/// `launch_raw` takes any collective at run time: an operator for a copy, none for a
+/// reduction, or a count where counts belong (and the reverse) are refused before anything
+/// runs; a well-formed call passes the same checks as the collective's own `*_raw` function.
+#[test]
+fn launch_raw_refuses_operators_and_sizes_its_collective_does_not_take() {
+    use purlin::collective::{CollectiveKind, Counts, Options, RawCall, Size, launch_raw};
+    let ctx = single_host_context();
+    let o = Options::default();
+    let buf = Span::new(0x10000, 4096);
+    let other = Span::new(0x20000, 4096);
+    let counts = Counts {
+        addr: 0x30000,
+        max_count: 16,
+    };
+    for kind in CollectiveKind::ALL {
+        let call = |op, size| RawCall {
+            kind,
+            dtype: purlin::DataType::F32,
+            op,
+            dst: other,
+            src: buf,
+            size,
+        };
+        let right_op = kind.reduces().then_some(purlin::ReduceOpKind::Sum);
+        let wrong_op = if kind.reduces() {
+            None
+        } else {
+            Some(purlin::ReduceOpKind::Max)
+        };
+        let (right_size, wrong_size) = if kind.is_v() {
+            (Size::Counts(counts), Size::Count(16))
+        } else {
+            (Size::Count(16), Size::Counts(counts))
+        };
+        // SAFETY (each call): refused before anything runs, or on the host context after the
+        // checks (Unsupported).
+        unsafe {
+            let r = launch_raw(&ctx, &call(wrong_op, right_size), &o);
+            assert!(
+                matches!(r, Err(Error::InvalidArgument { what: "op", .. })),
+                "{kind:?}: {r:?}"
+            );
+            let r = launch_raw(&ctx, &call(right_op, wrong_size), &o);
+            assert!(
+                matches!(r, Err(Error::InvalidArgument { what: "size", .. })),
+                "{kind:?}: {r:?}"
+            );
+            let r = launch_raw(&ctx, &call(right_op, right_size), &o);
+            assert!(matches!(r, Err(Error::Unsupported(_))), "{kind:?}: {r:?}");
+            // A source too small for what the call reads (fixed-size forms: checked here).
+            if !kind.is_v() {
+                let tiny = RawCall {
+                    src: Span::new(0x10000, 16),
+                    ..call(right_op, Size::Count(64))
+                };
+                let r = launch_raw(&ctx, &tiny, &o);
+                assert!(
+                    matches!(r, Err(Error::BufferTooSmall { what: "src", .. })),
+                    "{kind:?}: {r:?}"
+                );
+            }
+        }
+    }
+    ctx.finalize().unwrap();
+}
+
 /// Requirements that differ field by field are refused even when their total bytes agree (the
 /// ranks would address each other's staging differently).
 #[test]

@@ -7,12 +7,11 @@
 
 use purlin_device::atom::Host;
 use purlin_device::collective;
+use purlin_device::collective::{CollectiveKind, Fault};
 use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch, Queued, Schedule};
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::{
-    CollectiveKind, DigestField, Fault, FaultKind, Refusal, Runtime, SnacArgs,
-};
+use purlin_device::snac::{DigestField, FaultKind, Refusal, Runtime, SnacArgs};
 use std::time::{Duration, Instant};
 
 /// A communicator whose waits would give up only after 10 s: every fault below must come long

@@ -12,12 +12,11 @@
 
 use purlin_device::atom::Host;
 use purlin_device::collective;
+use purlin_device::collective::{CollectiveKind, Fault};
 use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::{
-    CollectiveKind, DigestField, Fault, FaultKind, Plan, Refusal, Runtime, SnacArgs,
-};
+use purlin_device::snac::{DigestField, FaultKind, Plan, Refusal, Runtime, SnacArgs};
 use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
 use rand::RngExt;
 use rand::rngs::SmallRng;

@@ -1,5 +1,5 @@
 //! `testA2AV`: the original's AllToAllV benchmark (see `purlin_bench::classic`).
 
 fn main() -> std::process::ExitCode {
-    purlin_bench::classic::main(purlin_bench::report::Collective::A2av)
+    purlin_bench::classic::main(purlin_bench::report::CollectiveKind::AllToAllV)
 }

@@ -1,5 +1,5 @@
 //! `testAGV`: the original's AllGatherV benchmark (see `purlin_bench::classic`).
 
 fn main() -> std::process::ExitCode {
-    purlin_bench::classic::main(purlin_bench::report::Collective::Agv)
+    purlin_bench::classic::main(purlin_bench::report::CollectiveKind::AllGatherV)
 }

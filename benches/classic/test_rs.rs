@@ -1,5 +1,5 @@
 //! `testRS`: the original's ReduceScatter benchmark (see `purlin_bench::classic`).
 
 fn main() -> std::process::ExitCode {
-    purlin_bench::classic::main(purlin_bench::report::Collective::Rs)
+    purlin_bench::classic::main(purlin_bench::report::CollectiveKind::ReduceScatter)
 }

@@ -1,5 +1,5 @@
 //! `testRSV`: the original's ReduceScatterV benchmark (see `purlin_bench::classic`).
 
 fn main() -> std::process::ExitCode {
-    purlin_bench::classic::main(purlin_bench::report::Collective::Rsv)
+    purlin_bench::classic::main(purlin_bench::report::CollectiveKind::ReduceScatterV)
 }

@@ -1,6 +1,6 @@
 //! Command line of `purlin-bench`, as the original's benchmarks take it plus Purlin's flags.
 
-use super::report::Collective;
+use super::report::CollectiveKind;
 use super::run::Skew;
 use super::sizes::parse_size;
 use clap::{Parser, ValueEnum};
@@ -60,9 +60,9 @@ impl From<Op> for purlin::ReduceOpKind {
 #[derive(Parser, Debug, Clone)]
 #[command(name = "purlin-bench", version, about)]
 pub struct Args {
-    /// The collective.
-    #[arg(value_enum)]
-    pub collective: Collective,
+    /// The collective: its short name (ar, ag, rs, a2a, agv, rsv, a2av) or its name.
+    #[arg(value_parser = super::report::parse_collective)]
+    pub collective: CollectiveKind,
     /// Smallest size (K/M/G suffixes): AllGather's output, each rank's input otherwise.
     #[arg(default_value = "128", value_parser = parse_size)]
     pub min_bytes: u64,

@@ -8,7 +8,7 @@
 //! ```
 
 use super::args::{Dtype, Op};
-use super::report::{Collective, Row};
+use super::report::{CollectiveKind, Row};
 use super::run::{self, Skew, Sweep};
 use super::sizes::{doubling, parse_size};
 use clap::Parser;
@@ -127,7 +127,7 @@ pub fn zipf_exponent(value: Option<&str>) -> Result<f64, String> {
 pub const HEADER: &str = "collective,world,totalBytes,datatype,lat(us),bw(GB/s),error(%),GPUName,warmup,runs,graph_launches";
 
 /// One CSV line.
-pub fn line(c: Collective, world: u32, row: &Row, gpu: &str, args: &ClassicArgs) -> String {
+pub fn line(c: CollectiveKind, world: u32, row: &Row, gpu: &str, args: &ClassicArgs) -> String {
     format!(
         "{},{},{},{},{:.3},{:.3},{},{},{},{},{}",
         c.name(),
@@ -146,7 +146,7 @@ pub fn line(c: Collective, world: u32, row: &Row, gpu: &str, args: &ClassicArgs)
 }
 
 /// The sweep the arguments describe on `world` ranks.
-pub fn sweep(c: Collective, args: &ClassicArgs, world: u32, zipf: f64) -> Sweep {
+pub fn sweep(c: CollectiveKind, args: &ClassicArgs, world: u32, zipf: f64) -> Sweep {
     Sweep {
         collective: c,
         world,
@@ -182,7 +182,7 @@ fn under_mpi() -> bool {
 }
 
 /// The whole program of one binary.
-pub fn main(c: Collective) -> ExitCode {
+pub fn main(c: CollectiveKind) -> ExitCode {
     let args = ClassicArgs::parse();
     match bench(c, &args) {
         Ok(true) => ExitCode::SUCCESS,
@@ -195,7 +195,7 @@ pub fn main(c: Collective) -> ExitCode {
 }
 
 /// Runs the sweep and prints it; `Ok(false)` when the check found wrong elements.
-fn bench(c: Collective, args: &ClassicArgs) -> Result<bool, String> {
+fn bench(c: CollectiveKind, args: &ClassicArgs) -> Result<bool, String> {
     check_range(args.min_bytes, args.max_bytes)?;
     if args.runs == 0 || args.graph_launches == 0 {
         return Err("graphLaunches and runs must be at least 1".into());
@@ -232,7 +232,7 @@ fn bench(c: Collective, args: &ClassicArgs) -> Result<bool, String> {
 
 #[cfg(feature = "mpi")]
 fn mpi_rows(
-    c: Collective,
+    c: CollectiveKind,
     args: &ClassicArgs,
     zipf: f64,
 ) -> Result<Option<(Vec<Row>, u32, String)>, String> {
@@ -246,7 +246,7 @@ fn mpi_rows(
 
 #[cfg(not(feature = "mpi"))]
 fn mpi_rows(
-    _: Collective,
+    _: CollectiveKind,
     _: &ClassicArgs,
     _: f64,
 ) -> Result<Option<(Vec<Row>, u32, String)>, String> {

@@ -3,73 +3,55 @@
 
 use purlin::DataType;
 
-/// The collectives the CLI runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum Collective {
-    /// AllReduce.
-    Ar,
-    /// AllGather.
-    Ag,
-    /// ReduceScatter.
-    Rs,
-    /// AllToAll.
-    A2a,
-    /// AllGatherV.
-    Agv,
-    /// ReduceScatterV.
-    Rsv,
-    /// AllToAllV.
-    A2av,
+pub use purlin::collective::CollectiveKind;
+
+/// The collective a command line names: its short name (`ar`, `a2av`, ...) or its name
+/// (`all_reduce`), as the collectives' list gives them.
+///
+/// ```
+/// use purlin_bench::report::{CollectiveKind, parse_collective};
+/// assert_eq!(parse_collective("a2av"), Ok(CollectiveKind::AllToAllV));
+/// assert_eq!(parse_collective("all_gather"), Ok(CollectiveKind::AllGather));
+/// assert!(parse_collective("bcast").is_err());
+/// ```
+pub fn parse_collective(s: &str) -> Result<CollectiveKind, String> {
+    CollectiveKind::ALL
+        .into_iter()
+        .find(|c| c.short_name() == s || c.name() == s)
+        .ok_or_else(|| {
+            let known: Vec<&str> = CollectiveKind::ALL.iter().map(|c| c.short_name()).collect();
+            format!("unknown collective {s} (one of {})", known.join(", "))
+        })
 }
 
-impl Collective {
-    /// The name in output and file names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Ar => "all_reduce",
-            Self::Ag => "all_gather",
-            Self::Rs => "reduce_scatter",
-            Self::A2a => "all_to_all",
-            Self::Agv => "all_gather_v",
-            Self::Rsv => "reduce_scatter_v",
-            Self::A2av => "all_to_all_v",
-        }
+/// Bus bandwidth factor (nccl-tests): AllReduce 2(n-1)/n, the others (n-1)/n.
+pub fn bus_factor(c: CollectiveKind, world: u32) -> f64 {
+    let n = world as f64;
+    match c {
+        CollectiveKind::AllReduce => 2.0 * (n - 1.0) / n,
+        _ => (n - 1.0) / n,
     }
+}
 
-    /// Whether it reduces (takes an operator).
-    pub fn reduces(self) -> bool {
-        matches!(self, Self::Ar | Self::Rs | Self::Rsv)
-    }
-
-    /// Bus bandwidth factor (nccl-tests): AllReduce 2(n-1)/n, the others (n-1)/n.
-    pub fn bus_factor(self, world: u32) -> f64 {
-        let n = world as f64;
-        match self {
-            Self::Ar => 2.0 * (n - 1.0) / n,
-            _ => (n - 1.0) / n,
-        }
-    }
-
-    /// Fewest bytes the collective must move through memory, summed over `world` ranks, for a
-    /// row of `total_bytes` (nccl-tests' size: the output for AllGather, each rank's input
-    /// otherwise): every input read once and every output written once. On the virtual node all
-    /// ranks share one GPU's memory, so this over the time, against a device-to-device copy's
-    /// bandwidth (bytes read + written per second), is how close the collective is to the limit.
-    pub fn min_memory_bytes(self, world: u32, total_bytes: u64) -> f64 {
-        let (n, b) = (world as f64, total_bytes as f64);
-        match self {
-            // in = out = b per rank
-            Self::Ar => 2.0 * n * b,
-            // in = b/n, out = b per rank
-            Self::Ag | Self::Agv => n * (b / n) + n * b,
-            // in = b, out = b/n per rank
-            Self::Rs | Self::Rsv => n * b + n * (b / n),
-            // in = out = b per rank
-            Self::A2a => 2.0 * n * b,
-            // The skewed counts of `run::v_counts` send b/n per rank on average (so that every
-            // rank's receives fit its b-byte buffer): in = out = b in all.
-            Self::A2av => 2.0 * b,
-        }
+/// Fewest bytes the collective must move through memory, summed over `world` ranks, for a
+/// row of `total_bytes` (nccl-tests' size: the output for AllGather, each rank's input
+/// otherwise): every input read once and every output written once. On the virtual node all
+/// ranks share one GPU's memory, so this over the time, against a device-to-device copy's
+/// bandwidth (bytes read + written per second), is how close the collective is to the limit.
+pub fn min_memory_bytes(c: CollectiveKind, world: u32, total_bytes: u64) -> f64 {
+    let (n, b) = (world as f64, total_bytes as f64);
+    match c {
+        // in = out = b per rank
+        CollectiveKind::AllReduce => 2.0 * n * b,
+        // in = b/n, out = b per rank
+        CollectiveKind::AllGather | CollectiveKind::AllGatherV => n * (b / n) + n * b,
+        // in = b, out = b/n per rank
+        CollectiveKind::ReduceScatter | CollectiveKind::ReduceScatterV => n * b + n * (b / n),
+        // in = out = b per rank
+        CollectiveKind::AllToAll => 2.0 * n * b,
+        // The skewed counts of `run::v_counts` send b/n per rank on average (so that every
+        // rank's receives fit its b-byte buffer): in = out = b in all.
+        CollectiveKind::AllToAllV => 2.0 * b,
     }
 }
 
@@ -90,7 +72,7 @@ pub struct Row {
     pub wrong: Option<u64>,
     /// Elements `--check` compared, summed over ranks (`None`: not checked).
     pub checked: Option<u64>,
-    /// Fewest bytes through memory (see [`Collective::min_memory_bytes`]).
+    /// Fewest bytes through memory (see [`min_memory_bytes`]).
     pub min_memory_bytes: f64,
     /// The device-to-device copy bandwidth of this run, bytes per second (read + written).
     pub copy_bandwidth: f64,
@@ -110,8 +92,8 @@ impl Row {
     }
 
     /// Bus bandwidth, GB/s.
-    pub fn busbw(&self, collective: Collective, world: u32) -> f64 {
-        self.algbw() * collective.bus_factor(world)
+    pub fn busbw(&self, collective: CollectiveKind, world: u32) -> f64 {
+        self.algbw() * bus_factor(collective, world)
     }
 
     /// Wrong elements as a percentage of those compared (`None`: not checked).
@@ -163,7 +145,7 @@ pub fn header(csv: bool) -> String {
 }
 
 /// One row as a table line or CSV record.
-pub fn line(row: &Row, collective: Collective, world: u32, csv: bool) -> String {
+pub fn line(row: &Row, collective: CollectiveKind, world: u32, csv: bool) -> String {
     let wrong = row.wrong.map_or("N/A".to_string(), |w| w.to_string());
     let (bytes, count, dtype, redop) = (row.total_bytes, row.count, row.dtype.name(), &row.redop);
     let (time, algbw, busbw) = (row.time_us, row.algbw(), row.busbw(collective, world));
@@ -197,7 +179,7 @@ mod tests {
             wrong: Some(0),
             checked: Some(1 << 29),
             floor_us: Some(1.5),
-            min_memory_bytes: Collective::Ar.min_memory_bytes(8, 1 << 30),
+            min_memory_bytes: min_memory_bytes(CollectiveKind::AllReduce, 8, 1 << 30),
             copy_bandwidth: 4.0e12,
         }
     }
@@ -206,8 +188,8 @@ mod tests {
     fn bandwidths_follow_nccl_tests() {
         let r = row(1000.0);
         assert!((r.algbw() - 1073.741824).abs() < 1e-6);
-        assert!((r.busbw(Collective::Ar, 8) - 1073.741824 * 1.75).abs() < 1e-6);
-        assert!((r.busbw(Collective::Ag, 8) - 1073.741824 * 0.875).abs() < 1e-6);
+        assert!((r.busbw(CollectiveKind::AllReduce, 8) - 1073.741824 * 1.75).abs() < 1e-6);
+        assert!((r.busbw(CollectiveKind::AllGather, 8) - 1073.741824 * 0.875).abs() < 1e-6);
         // 16 GiB through memory in 1 ms at a 4 TB/s copy: 4.29.
         assert!((r.roofline() - 2.0 * 8.0 * (1u64 << 30) as f64 / 1e-3 / 4.0e12).abs() < 1e-9);
         assert_eq!(row(0.0).algbw(), 0.0);
@@ -217,9 +199,11 @@ mod tests {
     fn lines_have_every_column() {
         let r = row(10.0);
         assert_eq!(
-            line(&r, Collective::Ar, 8, true).split(',').count(),
+            line(&r, CollectiveKind::AllReduce, 8, true)
+                .split(',')
+                .count(),
             header(true).split(',').count()
         );
-        assert!(line(&r, Collective::Ar, 8, false).contains("bfloat16"));
+        assert!(line(&r, CollectiveKind::AllReduce, 8, false).contains("bfloat16"));
     }
 }

@@ -4,7 +4,7 @@
 //! rank's.
 
 use super::one_graph::OneGraph;
-use super::report::{Collective, Row};
+use super::report::{CollectiveKind, Row};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, sys};
 use purlin::bootstrap::{Bootstrap, InProcess};
 use purlin::collective::{self, Counts, Options};
@@ -17,7 +17,7 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct Sweep {
     /// The collective.
-    pub collective: Collective,
+    pub collective: CollectiveKind,
     /// Ranks.
     pub world: u32,
     /// GPUs the ranks are spread over (1: the virtual node).
@@ -111,9 +111,9 @@ impl Buffer {
 
 /// Elements per part of a size: what `count` the collective is called with (the V forms: the
 /// total they split).
-pub fn count_for(collective: Collective, world: u32, size: u64, elem: usize) -> u64 {
+pub fn count_for(collective: CollectiveKind, world: u32, size: u64, elem: usize) -> u64 {
     let per_rank = match collective {
-        Collective::Ar => size,
+        CollectiveKind::AllReduce => size,
         _ => size / world as u64,
     };
     // Whole 16-byte units per part, so every part starts aligned.
@@ -144,7 +144,7 @@ impl Skew {
 /// multiple of a 16-byte unit (so the shares never sum past the total). AllToAllV: `2 × world`
 /// counts per rank (sent, received): every rank sends `share(p) / world` to `p`.
 pub fn v_counts(
-    collective: Collective,
+    collective: CollectiveKind,
     world: u32,
     rank: u32,
     count: u64,
@@ -158,7 +158,7 @@ pub fn v_counts(
     let share =
         |p: u64| ((total as f64 * skew.weight(p) / weight_sum) as u64).min(total) / unit * unit;
     match collective {
-        Collective::A2av => {
+        CollectiveKind::AllToAllV => {
             let sent: Vec<u64> = (0..w).map(|p| share(p) / w / unit * unit).collect();
             let received: Vec<u64> = (0..w)
                 .map(|_| share(rank as u64) / w / unit * unit)
@@ -246,7 +246,7 @@ pub struct Segment {
 /// What rank `r`'s output holds, run by run, for `count` (the V forms: `counts_of(p)` is rank
 /// `p`'s counts array).
 pub fn layout(
-    collective: Collective,
+    collective: CollectiveKind,
     world: u32,
     r: u32,
     count: u64,
@@ -259,30 +259,30 @@ pub fn layout(
     };
     let w = world as usize;
     match collective {
-        Collective::Ar => vec![Segment {
+        CollectiveKind::AllReduce => vec![Segment {
             len: count,
             sources: all(0),
         }],
-        Collective::Ag => (0..world).map(|p| one(p, 0, count)).collect(),
-        Collective::Rs => vec![Segment {
+        CollectiveKind::AllGather => (0..world).map(|p| one(p, 0, count)).collect(),
+        CollectiveKind::ReduceScatter => vec![Segment {
             len: count,
             sources: all(r as u64 * count),
         }],
-        Collective::A2a => (0..world)
+        CollectiveKind::AllToAll => (0..world)
             .map(|p| one(p, r as u64 * count, count))
             .collect(),
-        Collective::Agv => {
+        CollectiveKind::AllGatherV => {
             let c = counts_of(0);
             (0..world).map(|p| one(p, 0, c[p as usize])).collect()
         }
-        Collective::Rsv => {
+        CollectiveKind::ReduceScatterV => {
             let c = counts_of(0);
             vec![Segment {
                 len: c[r as usize],
                 sources: all(c[..r as usize].iter().sum()),
             }]
         }
-        Collective::A2av => (0..world)
+        CollectiveKind::AllToAllV => (0..world)
             .map(|p| {
                 let sent = &counts_of(p)[..w];
                 one(p, sent[..r as usize].iter().sum(), sent[r as usize])
@@ -357,15 +357,18 @@ pub fn wrong_elements(sweep: &Sweep, segments: &[Segment], got: &[u8]) -> (u64, 
 }
 
 /// Bytes of each rank's input and output buffers for a size (the largest layout).
-fn buffer_bytes(collective: Collective, world: u32, count: u64, elem: usize) -> (usize, usize) {
+fn buffer_bytes(collective: CollectiveKind, world: u32, count: u64, elem: usize) -> (usize, usize) {
     let part = count as usize * elem;
     let all = part * world as usize;
     match collective {
-        Collective::Ar => (part, part),
-        Collective::Ag => (part, all),
-        Collective::Rs => (all, part),
+        CollectiveKind::AllReduce => (part, part),
+        CollectiveKind::AllGather => (part, all),
+        CollectiveKind::ReduceScatter => (all, part),
         // V forms: whole totals on both sides bound every layout of the skewed counts.
-        Collective::A2a | Collective::Agv | Collective::Rsv | Collective::A2av => (all, all),
+        CollectiveKind::AllToAll
+        | CollectiveKind::AllGatherV
+        | CollectiveKind::ReduceScatterV
+        | CollectiveKind::AllToAllV => (all, all),
     }
 }
 
@@ -424,19 +427,21 @@ unsafe fn call(
     count: u64,
     counts: Counts,
 ) -> purlin::Result<()> {
-    let (t, op) = (sweep.dtype, sweep.op);
+    let kind = sweep.collective;
+    let call = collective::RawCall {
+        kind,
+        dtype: sweep.dtype,
+        op: kind.reduces().then_some(sweep.op),
+        dst,
+        src,
+        size: if kind.is_v() {
+            collective::Size::Counts(counts)
+        } else {
+            collective::Size::Count(count)
+        },
+    };
     // SAFETY: forwarded contract.
-    unsafe {
-        match sweep.collective {
-            Collective::Ar => collective::all_reduce_raw(ctx, t, op, dst, src, count, o),
-            Collective::Ag => collective::all_gather_raw(ctx, t, dst, src, count, o),
-            Collective::Rs => collective::reduce_scatter_raw(ctx, t, op, dst, src, count, o),
-            Collective::A2a => collective::all_to_all_raw(ctx, t, dst, src, count, o),
-            Collective::Agv => collective::all_gather_v_raw(ctx, t, dst, src, counts, o),
-            Collective::Rsv => collective::reduce_scatter_v_raw(ctx, t, op, dst, src, counts, o),
-            Collective::A2av => collective::all_to_all_v_raw(ctx, t, dst, src, counts, o),
-        }
-    }
+    unsafe { collective::launch_raw(ctx, &call, o) }
 }
 
 /// Runs the sweep on the virtual node (or `sweep.gpus` GPUs of this machine): one thread per
@@ -721,7 +726,7 @@ fn run_rank_in<B: Bootstrap + Clone + 'static>(
                 time_us: slowest * 1e3,
                 wrong: checked.map(|c| c.0),
                 checked: checked.map(|c| c.1),
-                min_memory_bytes: sweep.collective.min_memory_bytes(world, size),
+                min_memory_bytes: super::report::min_memory_bytes(sweep.collective, world, size),
                 copy_bandwidth,
                 floor_us,
             });
@@ -748,7 +753,7 @@ mod tests {
             Skew::Zipf(0.0),
             Skew::Zipf(3.0),
         ] {
-            for c in [Collective::Agv, Collective::Rsv] {
+            for c in [CollectiveKind::AllGatherV, CollectiveKind::ReduceScatterV] {
                 let counts = v_counts(c, 8, 3, 1000, 2, skew);
                 assert_eq!(counts.len(), 8);
                 assert!(counts.iter().all(|n| n % 8 == 0));
@@ -759,15 +764,18 @@ mod tests {
                     Skew::Zipf(_) => assert!(counts.iter().all(|&n| n == counts[0]), "even"),
                 }
             }
-            let a2a = v_counts(Collective::A2av, 4, 1, 1024, 4, skew);
+            let a2a = v_counts(CollectiveKind::AllToAllV, 4, 1, 1024, 4, skew);
             assert_eq!(a2a.len(), 8);
             assert!(a2a[..4].iter().sum::<u64>() <= 1024, "sends fit the input");
         }
-        assert_eq!(count_for(Collective::Ag, 8, 1 << 20, 2), (1 << 20) / 8 / 2);
-        assert_eq!(count_for(Collective::Ar, 8, 100, 4), 24);
+        assert_eq!(
+            count_for(CollectiveKind::AllGather, 8, 1 << 20, 2),
+            (1 << 20) / 8 / 2
+        );
+        assert_eq!(count_for(CollectiveKind::AllReduce, 8, 100, 4), 24);
     }
 
-    fn sweep(collective: Collective) -> Sweep {
+    fn sweep(collective: CollectiveKind) -> Sweep {
         Sweep {
             collective,
             world: 2,
@@ -797,8 +805,8 @@ mod tests {
     fn references_follow_the_layouts() {
         let x = |p: u32, i: u64| input_value(1, p, i);
         // ReduceScatter of 3 elements per part on rank 1: part 1 of both inputs, summed.
-        let s = sweep(Collective::Rs);
-        let seg = layout(Collective::Rs, 2, 1, 3, |_| vec![]);
+        let s = sweep(CollectiveKind::ReduceScatter);
+        let seg = layout(CollectiveKind::ReduceScatter, 2, 1, 3, |_| vec![]);
         let good = f32s(3, |i| x(0, 3 + i) + x(1, 3 + i));
         assert_eq!(wrong_elements(&s, &seg, &good), (0, 3));
         let mut bad = good.clone();
@@ -806,9 +814,12 @@ mod tests {
         assert_eq!(wrong_elements(&s, &seg, &bad), (1, 3));
         assert_eq!(wrong_elements(&s, &seg, &good[..8]), (1, 3), "short output");
         // AllGather: rank 0's part, then rank 1's.
-        let seg = layout(Collective::Ag, 2, 0, 2, |_| vec![]);
+        let seg = layout(CollectiveKind::AllGather, 2, 0, 2, |_| vec![]);
         let ag = f32s(4, |i| x((i / 2) as u32, i % 2));
-        assert_eq!(wrong_elements(&sweep(Collective::Ag), &seg, &ag), (0, 4));
+        assert_eq!(
+            wrong_elements(&sweep(CollectiveKind::AllGather), &seg, &ag),
+            (0, 4)
+        );
         // AllToAllV: rank 1 receives what each peer sent to it, after what they sent rank 0.
         let counts = |p: u32| {
             if p == 0 {
@@ -817,7 +828,7 @@ mod tests {
                 vec![0, 4, 0, 0]
             }
         };
-        let seg = layout(Collective::A2av, 2, 1, 0, counts);
+        let seg = layout(CollectiveKind::AllToAllV, 2, 1, 0, counts);
         assert_eq!(
             seg[0],
             Segment {

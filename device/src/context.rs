@@ -84,7 +84,7 @@ pub const SIGNAL_KINDS: usize = 4;
 ///   the sender's call must agree on with this rank's (the call digest: kind, element, operator,
 ///   sizes, blocks, plan, workspace; for AllToAllV the count it sends here);
 /// - the abort records: one per sender, `[cause, time]` (`u64` each), written once by a sender
-///   whose call faulted so that every peer's waits end at once (see `snac::Fault`).
+///   whose call faulted so that every peer's waits end at once (see `snac::Cause`).
 ///
 /// ```
 /// use purlin_device::context::{SignalLayout, MAX_RANKS};
@@ -158,7 +158,7 @@ impl LocalState {
     pub const fn counter(group: usize, index: usize, slot: usize) -> usize {
         Self::COUNTERS + ((group * MAX_RANKS + index) * MAX_CHUNKS + slot) * 4
     }
-    /// The fault record a timed-out wait leaves for the host (see `snac::Fault`).
+    /// The fault record a timed-out wait leaves for the host (see `collective::Fault`).
     pub const FAULT: usize = Self::COUNTERS + Self::COUNTER_WORDS * 4;
     /// Bytes reserved for the fault record.
     pub const FAULT_BYTES: usize = 64;

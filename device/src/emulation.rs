@@ -13,7 +13,7 @@
 //! use purlin_device::emulation::{Buffer, Communicator, Launch};
 //! use purlin_device::element::DataType;
 //! use purlin_device::op::ReduceOpKind;
-//! use purlin_device::snac::CollectiveKind;
+//! use purlin_device::collective::CollectiveKind;
 //! let comm = Communicator::builder(3).build().unwrap();
 //! let src: Vec<Buffer> = (0..3).map(|r| Buffer::from_slice(&[r as f32 + 1.0; 7])).collect();
 //! let dst: Vec<Buffer> = (0..3).map(|_| Buffer::zeroed(28)).collect();
@@ -25,10 +25,12 @@
 use crate::arch;
 use crate::atom::Host;
 use crate::collective;
+use crate::collective::{CollectiveKind, Fault};
 use crate::context::{Context, LocalState, MAX_RANKS, WorkspaceLayout};
 use crate::element::{DataType, Element};
 use crate::op::{ReduceOp, ReduceOpKind, TypedVisitor, dispatch};
-use crate::snac::{CollectiveKind, Fault, Plan, Runtime, SnacArgs, smem_bytes};
+use crate::snac::symmetric::PeerAccess;
+use crate::snac::{Plan, Runtime, SnacArgs, smem_bytes};
 use core::fmt;
 use std::boxed::Box;
 use std::sync::RwLock;
@@ -265,7 +267,7 @@ impl CommunicatorBuilder {
     ///
     /// ```
     /// use purlin_device::emulation::{Buffer, Communicator, Launch};
-    /// use purlin_device::snac::CollectiveKind;
+    /// use purlin_device::collective::CollectiveKind;
     /// let comm = Communicator::builder(2).symmetric_buffers(true).build().unwrap();
     /// let src: Vec<Buffer> = (0..2).map(|r| Buffer::from_slice(&[r as u8; 64 << 10])).collect();
     /// let dst: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(128 << 10)).collect();
@@ -351,10 +353,9 @@ impl Tables {
         Self { src, dst }
     }
 
-    /// Marks a call's arguments symmetric (every call but AllToAllV's, which has no
-    /// symmetric form).
+    /// Marks a call's arguments symmetric (every call whose collective has a one-pass form).
     fn apply(&self, kind: CollectiveKind, args: &mut SnacArgs) {
-        if kind != CollectiveKind::AllToAllV {
+        if kind.semantics().peers != PeerAccess::None {
             args.src_peers = self.src.as_ptr();
             args.dst_peers = self.dst.as_ptr();
             args.buffers = Self::BUFFERS;
@@ -507,7 +508,7 @@ impl Communicator {
     ///
     /// ```
     /// use purlin_device::emulation::{Buffer, Communicator, Launch, Queued, Schedule};
-    /// use purlin_device::snac::CollectiveKind;
+    /// use purlin_device::collective::CollectiveKind;
     /// let comm = Communicator::builder(2).build().unwrap();
     /// let src: Vec<Buffer> = (0..2).map(|r| Buffer::from_slice(&[r as u8; 100])).collect();
     /// let dst: Vec<Vec<Buffer>> = (0..2).map(|_| (0..3).map(|_| Buffer::zeroed(200)).collect()).collect();
@@ -723,7 +724,7 @@ impl Queued<'_> {
         if let Some(c) = self.counts {
             args.counts = c.as_ptr() as *const u64;
         }
-        if l.collective == CollectiveKind::ReduceScatterV {
+        if l.collective.reduces() && l.collective.is_v() {
             args.elem_bytes = l.dtype.size() as u32;
         }
         let bound = crate::collective::stream_bound(l.collective, &args);
@@ -739,8 +740,8 @@ impl Queued<'_> {
         args
     }
 
-    /// Whether the call has what the device cannot check itself: V counts (`world` of them,
-    /// `2 × world` for AllToAllV) in a buffer that holds them. Everything else — sizes against
+    /// Whether the call has what the device cannot check itself: V counts (`counts_per_rank ×
+    /// world` of them) in a buffer that holds them. Everything else — sizes against
     /// the buffers' lengths, counts against `max_count` and the buffers — the collectives
     /// check on the device from the capacities [`args`](Self::args) passes, and refuse.
     fn check_buffers(&self, world: u32) -> Result<(), EmulationError> {
@@ -748,11 +749,7 @@ impl Queued<'_> {
         if !kind.is_v() {
             return Ok(());
         }
-        let needed = if kind == CollectiveKind::AllToAllV {
-            2 * world
-        } else {
-            world
-        } as usize;
+        let needed = (kind.semantics().counts_per_rank * world) as usize;
         match self.counts {
             Some(c) if c.len() >= needed * 8 => Ok(()),
             _ => Err(EmulationError::Buffers),
@@ -826,53 +823,54 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
         ctx: Context,
         op: Option<ReduceOpKind>,
     }
-    impl TypedVisitor for Typed {
-        type Output = ();
-        fn visit<T: Element, O: ReduceOp>(self) {
-            let (a, c) = (&self.args, &self.ctx);
-            // SAFETY: forwarded contract.
-            unsafe {
-                match (self.collective, self.op) {
-                    (CollectiveKind::AllReduce, None) => {
-                        collective::all_reduce::<Host, Runtime, T, O>(a, c)
+    /// The dispatch of every collective, from the list: copies directly, reductions through
+    /// the element type and operator ([`TypedVisitor`]).
+    macro_rules! calls {
+        ($($(#[$doc:meta])* $kind:ident = $code:literal, $short:literal,
+            $datapath:ident $(($op:ident))? => $file:ident::{$entry:ident, $semantics:ident};)*) => {
+            impl TypedVisitor for Typed {
+                type Output = ();
+                fn visit<T: Element, O: ReduceOp>(self) {
+                    let (a, c) = (&self.args, &self.ctx);
+                    match self.collective {
+                        $(CollectiveKind::$kind => {
+                            calls!(@reduce $datapath $(($op))? $entry, T, O, a, c, self.op)
+                        })*
                     }
-                    (CollectiveKind::AllReduce, Some(op)) => {
-                        collective::all_reduce_op::<Host, Runtime, T>(a, c, op)
-                    }
-                    (CollectiveKind::ReduceScatter, None) => {
-                        collective::reduce_scatter::<Host, Runtime, T, O>(a, c)
-                    }
-                    (CollectiveKind::ReduceScatter, Some(op)) => {
-                        collective::reduce_scatter_op::<Host, Runtime, T>(a, c, op)
-                    }
-                    (CollectiveKind::ReduceScatterV, None) => {
-                        collective::reduce_scatter_v::<Host, Runtime, T, O>(a, c)
-                    }
-                    (CollectiveKind::ReduceScatterV, Some(op)) => {
-                        collective::reduce_scatter_v_op::<Host, Runtime, T>(a, c, op)
-                    }
-                    _ => {}
                 }
             }
-        }
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        match launch.collective {
-            CollectiveKind::AllGather => collective::all_gather::<Host, Runtime>(&args, &ctx),
-            CollectiveKind::AllGatherV => collective::all_gather_v::<Host, Runtime>(&args, &ctx),
-            CollectiveKind::AllToAll => collective::all_to_all::<Host, Runtime>(&args, &ctx),
-            CollectiveKind::AllToAllV => collective::all_to_all_v::<Host, Runtime>(&args, &ctx),
-            kind => dispatch(
-                launch.dtype,
-                launch.op,
+            // SAFETY: forwarded contract.
+            unsafe {
+                match launch.collective {
+                    $(CollectiveKind::$kind => calls!(@copy $datapath $(($op))? $entry, launch, args, ctx),)*
+                }
+            }
+        };
+        (@reduce reduce($op:ident) $entry:ident, $t:ty, $o:ty, $a:ident, $c:ident, $runtime:expr) => {
+            // SAFETY: forwarded contract.
+            unsafe {
+                match $runtime {
+                    None => collective::$entry::<Host, Runtime, $t, $o>($a, $c),
+                    Some(op) => collective::$op::<Host, Runtime, $t>($a, $c, op),
+                }
+            }
+        };
+        (@reduce copy $entry:ident, $t:ty, $o:ty, $a:ident, $c:ident, $runtime:expr) => {{}};
+        (@copy reduce($op:ident) $entry:ident, $launch:ident, $args:ident, $ctx:ident) => {
+            dispatch(
+                $launch.dtype,
+                $launch.op,
                 Typed {
-                    collective: kind,
-                    args,
-                    ctx,
-                    op: launch.runtime_op.then_some(launch.op),
+                    collective: $launch.collective,
+                    args: $args,
+                    ctx: $ctx,
+                    op: $launch.runtime_op.then_some($launch.op),
                 },
-            ),
-        }
+            )
+        };
+        (@copy copy $entry:ident, $launch:ident, $args:ident, $ctx:ident) => {
+            collective::$entry::<Host, Runtime>(&$args, &$ctx)
+        };
     }
+    crate::for_each_collective!(calls);
 }

@@ -23,7 +23,8 @@
 use crate::error::Error;
 use purlin_device::context::LocalState;
 
-pub use purlin_device::snac::{CollectiveKind, Fault, FaultKind, FaultRecord, SignalKind};
+pub use purlin_device::collective::{CollectiveKind, Fault};
+pub use purlin_device::snac::{FaultKind, FaultRecord, SignalKind};
 
 /// Bytes of the fault record.
 pub const FAULT_BYTES: usize = LocalState::FAULT_BYTES;

@@ -5,8 +5,8 @@
 
 use crate::atom_kind::AtomKind;
 use crate::ptx::{self, Arch};
+use purlin_device::collective::CollectiveKind;
 use purlin_device::element::DataType;
-use purlin_device::snac::CollectiveKind;
 
 /// The purlin-kernels entry point of [`Window::wait_on_stream`](crate::p2p::Window::wait_on_stream).
 pub(crate) const WINDOW_WAIT_KERNEL: &str = "purlin_window_wait";
@@ -65,10 +65,11 @@ pub(crate) fn kernel_names() -> Vec<&'static str> {
 }
 
 /// The purlin-kernels entry point of a call: the whole collective, or (`latency`) the build of
-/// only its latency paths that lean calls launch.
+/// only its latency paths that lean calls launch. Generated from the collectives' list as the
+/// kernels are (`purlin_<collective>[_latency][_<type>]`, the type for reductions only).
 pub(crate) fn kernel_name(kind: CollectiveKind, dtype: DataType, latency: bool) -> &'static str {
     macro_rules! typed {
-        ($prefix:literal) => {
+        ($prefix:expr) => {
             match dtype {
                 DataType::F32 => concat!($prefix, "_float"),
                 DataType::F16 => concat!($prefix, "_half"),
@@ -78,22 +79,30 @@ pub(crate) fn kernel_name(kind: CollectiveKind, dtype: DataType, latency: bool) 
             }
         };
     }
-    match (kind, latency) {
-        (CollectiveKind::AllReduce, false) => typed!("purlin_all_reduce"),
-        (CollectiveKind::AllReduce, true) => typed!("purlin_all_reduce_latency"),
-        (CollectiveKind::ReduceScatter, false) => typed!("purlin_reduce_scatter"),
-        (CollectiveKind::ReduceScatter, true) => typed!("purlin_reduce_scatter_latency"),
-        (CollectiveKind::ReduceScatterV, false) => typed!("purlin_reduce_scatter_v"),
-        (CollectiveKind::ReduceScatterV, true) => typed!("purlin_reduce_scatter_v_latency"),
-        (CollectiveKind::AllGather, false) => "purlin_all_gather",
-        (CollectiveKind::AllGather, true) => "purlin_all_gather_latency",
-        (CollectiveKind::AllGatherV, false) => "purlin_all_gather_v",
-        (CollectiveKind::AllGatherV, true) => "purlin_all_gather_v_latency",
-        (CollectiveKind::AllToAll, false) => "purlin_all_to_all",
-        (CollectiveKind::AllToAll, true) => "purlin_all_to_all_latency",
-        (CollectiveKind::AllToAllV, false) => "purlin_all_to_all_v",
-        (CollectiveKind::AllToAllV, true) => "purlin_all_to_all_v_latency",
+    macro_rules! build {
+        (reduce, $name:expr) => {
+            typed!($name)
+        };
+        (copy, $name:expr) => {
+            $name
+        };
     }
+    macro_rules! names {
+        ($($(#[$doc:meta])* $kind:ident = $code:literal, $short:literal,
+            $datapath:ident $(($op:ident))? => $file:ident::{$entry:ident, $semantics:ident};)*) => {
+            match (kind, latency) {
+                $(
+                    (CollectiveKind::$kind, false) => {
+                        build!($datapath, concat!("purlin_", stringify!($entry)))
+                    }
+                    (CollectiveKind::$kind, true) => {
+                        build!($datapath, concat!("purlin_", stringify!($entry), "_latency"))
+                    }
+                )*
+            }
+        };
+    }
+    purlin_device::for_each_collective!(names)
 }
 
 #[cfg(test)]
@@ -104,18 +113,9 @@ mod tests {
     /// is an entry point of every embedded PTX.
     #[test]
     fn every_launched_kernel_is_in_every_embedded_ptx() {
-        use CollectiveKind::*;
         for arch in Arch::ALL {
             let ptx = crate::ptx::kernels(arch).text();
-            for kind in [
-                AllReduce,
-                AllGather,
-                ReduceScatter,
-                AllToAll,
-                AllGatherV,
-                ReduceScatterV,
-                AllToAllV,
-            ] {
+            for kind in CollectiveKind::ALL {
                 for dtype in DataType::ALL {
                     for latency in [false, true] {
                         let name = kernel_name(kind, dtype, latency);

@@ -14,6 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::Span;
+use purlin_device::collective::InPlace;
 use purlin_device::context::MAX_RANKS;
 
 pub use crate::error::check_pointer;
@@ -215,6 +216,34 @@ pub enum Aliasing {
         /// True when the input lies in the output (AllGatherV), false for the reverse.
         input_in_output: bool,
     },
+}
+
+impl Aliasing {
+    /// The rule of a collective whose in-place form is `in_place`, for a call whose own part
+    /// lies at `part` bytes (fixed-size forms), or anywhere (`None`: the V forms, whose part
+    /// offsets live on the device).
+    ///
+    /// ```
+    /// use purlin::collective::CollectiveKind;
+    /// use purlin::validate::Aliasing;
+    /// let ag = CollectiveKind::AllGather.semantics().in_place;
+    /// assert_eq!(Aliasing::of(ag, Some(64)), Aliasing::InputIsPartOfOutput { offset: 64 });
+    /// assert_eq!(Aliasing::of(ag, None), Aliasing::Inside { input_in_output: true });
+    /// ```
+    pub const fn of(in_place: InPlace, part: Option<u64>) -> Self {
+        match (in_place, part) {
+            (InPlace::Never, _) => Self::Disjoint,
+            (InPlace::Same, _) => Self::SameOrDisjoint,
+            (InPlace::InputIsOwnPart, Some(offset)) => Self::InputIsPartOfOutput { offset },
+            (InPlace::OutputIsOwnPart, Some(offset)) => Self::OutputIsPartOfInput { offset },
+            (InPlace::InputIsOwnPart, None) => Self::Inside {
+                input_in_output: true,
+            },
+            (InPlace::OutputIsOwnPart, None) => Self::Inside {
+                input_in_output: false,
+            },
+        }
+    }
 }
 
 /// Refuses `src` (`src_bytes` used) and `dst` (`dst_bytes` used) sharing memory other than

@@ -9,7 +9,8 @@
 
 use crate::{POISON, count_wrong_f64, random_elements, reference_f32};
 use purlin::{DataType, ReduceOpKind};
-use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
+use purlin_device::collective::{Algorithm, CollectiveKind};
+use purlin_device::snac::{Plan, ReductionMode};
 use rand::RngExt;
 use rand::rngs::SmallRng;
 

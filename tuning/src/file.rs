@@ -28,28 +28,6 @@ impl core::fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// The file name of a collective (`all_reduce`, `all_gather_v`, ...).
-pub fn collective_name(c: CollectiveKind) -> &'static str {
-    match c {
-        CollectiveKind::AllReduce => "all_reduce",
-        CollectiveKind::AllGather => "all_gather",
-        CollectiveKind::ReduceScatter => "reduce_scatter",
-        CollectiveKind::AllToAll => "all_to_all",
-        CollectiveKind::AllGatherV => "all_gather_v",
-        CollectiveKind::ReduceScatterV => "reduce_scatter_v",
-        CollectiveKind::AllToAllV => "all_to_all_v",
-    }
-}
-
-fn algorithm_name(a: Algorithm) -> &'static str {
-    match a {
-        Algorithm::Auto => "auto",
-        Algorithm::OneShot => "one_shot",
-        Algorithm::TwoShot => "two_shot",
-        Algorithm::Throughput => "throughput",
-    }
-}
-
 /// Writes rows in the file format.
 ///
 /// ```
@@ -74,7 +52,7 @@ pub fn write_rows(rows: &[Row]) -> String {
             "arch={} world={} collective={} max_bytes={} blocks={} threads={} put_blocks={} chunk_bytes={} latency_threshold={} two_shot_min_bytes={} two_shot_min_world={} algorithm={}",
             r.arch,
             r.world,
-            collective_name(r.collective),
+            r.collective.name(),
             max,
             r.blocks,
             p.threads,
@@ -83,7 +61,7 @@ pub fn write_rows(rows: &[Row]) -> String {
             p.latency_threshold,
             p.two_shot_min_bytes,
             p.two_shot_min_world,
-            algorithm_name(p.algorithm()),
+            Algorithm::of(p).name(),
         );
     }
     out
@@ -120,18 +98,13 @@ impl Table<'_> {
             let collective = get("collective")?;
             let collective = CollectiveKind::ALL
                 .into_iter()
-                .find(|c| collective_name(*c) == collective)
+                .find(|c| c.name() == collective)
                 .ok_or_else(|| err(std::format!("unknown collective {collective}")))?;
             let algorithm = get("algorithm")?;
-            let algorithm = [
-                Algorithm::Auto,
-                Algorithm::OneShot,
-                Algorithm::TwoShot,
-                Algorithm::Throughput,
-            ]
-            .into_iter()
-            .find(|a| algorithm_name(*a) == algorithm)
-            .ok_or_else(|| err(std::format!("unknown algorithm {algorithm}")))?;
+            let algorithm = Algorithm::ALL
+                .into_iter()
+                .find(|a| a.name() == algorithm)
+                .ok_or_else(|| err(std::format!("unknown algorithm {algorithm}")))?;
             // Narrow fields refuse values they cannot hold rather than wrap ("any" only means
             // "no bound" for max_bytes).
             let narrow = |key: &str| -> Result<u32, ParseError> {

@@ -11,7 +11,7 @@
 //! sent to one peer (the V forms: the largest of those).
 //!
 //! ```
-//! use purlin_device::snac::CollectiveKind;
+//! use purlin_device::collective::CollectiveKind;
 //! use purlin_tuning::Table;
 //! let choice = Table::builtin().lookup(90, 8, CollectiveKind::AllReduce, 1 << 30);
 //! assert!(choice.blocks >= 8 && choice.plan.chunk_bytes > 0);
@@ -27,7 +27,8 @@ extern crate std;
 mod file;
 mod sm90;
 
-pub use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
+pub use purlin_device::collective::{Algorithm, CollectiveKind};
+pub use purlin_device::snac::{Plan, ReductionMode};
 
 /// One band of one table row: up to `max_bytes` (dispatch size), launch `blocks` blocks of
 /// `plan.threads` threads with `plan`.

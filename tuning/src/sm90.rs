@@ -9,6 +9,7 @@
 //! counterpart's largest band: the tuner does not sweep them yet.
 
 use super::Row;
-use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
+use purlin_device::collective::{Algorithm, CollectiveKind};
+use purlin_device::snac::{Plan, ReductionMode};
 
 include!(concat!(env!("OUT_DIR"), "/sm90_rows.rs"));

@@ -71,102 +71,90 @@ unsafe fn launched(mut args: SnacArgs) -> &'static SnacArgs {
     unsafe { &*at }
 }
 
-macro_rules! reduce_kernels {
-    ($f:ident, $config:ty, [$($t:ty => $name:ident),* $(,)?]) => {
+/// The kernels of one collective and one build (`$config`, with `$build` the kernel name's
+/// infix: `""` for the whole collective, `"_latency"` for the latency paths only): one per
+/// element type for a reduction (the operator an argument), one for a copy.
+macro_rules! collective_kernels {
+    ($config:ty, $build:literal, reduce($op:ident) $entry:ident) => {
+        collective_kernels!(@typed $config, $build, $op, $entry, [
+            f32 => float, half::f16 => half, half::bf16 => bfloat16, E4m3 => f8e4m3,
+            E5m2 => f8e5m2,
+        ]);
+    };
+    (@typed $config:ty, $build:literal, $op:ident, $entry:ident,
+        [$($t:ty => $dtype:ident),* $(,)?]) => {
         $(
-            /// A host-launched reduction collective for one element type (see the module docs).
-            ///
-            /// # Safety
-            /// Launched as the module docs say, on every rank with the same arguments but the
-            /// buffers; buffers and context valid.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context, op: u32) {
-                // The host validates the operator before launching.
-                let Some(op) = ReduceOpKind::from_u32(op) else {
-                    arch::trap()
-                };
-                // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
-                // forwarded launch contract.
-                unsafe {
-                    let ctx = purlin_device::kernel_param!(ctx in $name[1]);
-                    collective::$f::<Native, $config, $t>(launched(args), ctx, op)
+            collective_kernels!(@reduce $config, $op, $t, $dtype,
+                concat!("purlin_", stringify!($entry), $build, "_", stringify!($dtype)));
+        )*
+    };
+    (@reduce $config:ty, $op:ident, $t:ty, $dtype:ident, $name:expr) => {
+        /// A host-launched reduction collective for one element type (see the module docs).
+        ///
+        /// # Safety
+        /// Launched as the module docs say, on every rank with the same arguments but the
+        /// buffers; buffers and context valid.
+        #[unsafe(export_name = $name)]
+        pub unsafe extern "ptx-kernel" fn $dtype(args: SnacArgs, ctx: Context, op: u32) {
+            // The host validates the operator before launching.
+            let Some(op) = ReduceOpKind::from_u32(op) else {
+                arch::trap()
+            };
+            // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
+            // forwarded launch contract.
+            unsafe {
+                let ctx = purlin_device::kernel_param!(ctx in symbol($name) [1]);
+                collective::$op::<Native, $config, $t>(launched(args), ctx, op)
+            }
+        }
+    };
+    ($config:ty, $build:literal, copy $entry:ident) => {
+        collective_kernels!(@copy $config, $entry,
+            concat!("purlin_", stringify!($entry), $build));
+    };
+    (@copy $config:ty, $entry:ident, $name:expr) => {
+        /// A host-launched copy collective (see the module docs).
+        ///
+        /// # Safety
+        /// Launched as the module docs say, on every rank with the same arguments but the
+        /// buffers; buffers and context valid.
+        #[unsafe(export_name = $name)]
+        pub unsafe extern "ptx-kernel" fn kernel(args: SnacArgs, ctx: Context) {
+            // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
+            // forwarded launch contract.
+            unsafe {
+                let ctx = purlin_device::kernel_param!(ctx in symbol($name) [1]);
+                collective::$entry::<Native, $config>(launched(args), ctx)
+            }
+        }
+    };
+}
+
+/// Every collective's kernels, from the list: a module per collective holding its whole build
+/// (`purlin_<collective>[_<type>]`) and, in `latency`, its latency-only build
+/// (`purlin_<collective>_latency[_<type>]`, [`Latency`]: what the host launches for a call
+/// that `collective::lean` says needs no Atom shared memory, with `SNAC_SMEM_BYTES` of shared
+/// memory).
+macro_rules! kernels {
+    ($($(#[$doc:meta])* $kind:ident = $code:literal, $short:literal,
+        $datapath:ident $(($op:ident))? => $file:ident::{$entry:ident, $semantics:ident};)*) => {
+        $(
+            #[doc = concat!("The kernels of `", stringify!($entry), "`.")]
+            pub mod $entry {
+                use super::*;
+                collective_kernels!(Runtime, "", $datapath $(($op))? $entry);
+
+                /// The latency-only build.
+                pub mod latency {
+                    use super::*;
+                    collective_kernels!(Latency, "_latency", $datapath $(($op))? $entry);
                 }
             }
         )*
     };
 }
 
-reduce_kernels!(all_reduce_op, Runtime, [
-    f32 => purlin_all_reduce_float, half::f16 => purlin_all_reduce_half,
-    half::bf16 => purlin_all_reduce_bfloat16, E4m3 => purlin_all_reduce_f8e4m3,
-    E5m2 => purlin_all_reduce_f8e5m2,
-]);
-reduce_kernels!(reduce_scatter_op, Runtime, [
-    f32 => purlin_reduce_scatter_float, half::f16 => purlin_reduce_scatter_half,
-    half::bf16 => purlin_reduce_scatter_bfloat16, E4m3 => purlin_reduce_scatter_f8e4m3,
-    E5m2 => purlin_reduce_scatter_f8e5m2,
-]);
-reduce_kernels!(reduce_scatter_v_op, Runtime, [
-    f32 => purlin_reduce_scatter_v_float, half::f16 => purlin_reduce_scatter_v_half,
-    half::bf16 => purlin_reduce_scatter_v_bfloat16, E4m3 => purlin_reduce_scatter_v_f8e4m3,
-    E5m2 => purlin_reduce_scatter_v_f8e5m2,
-]);
-
-macro_rules! copy_kernels {
-    ($config:ty, $($f:ident => $name:ident),* $(,)?) => {
-        $(
-            /// A host-launched copy collective (see the module docs).
-            ///
-            /// # Safety
-            /// Launched as the module docs say, on every rank with the same arguments but the
-            /// buffers; buffers and context valid.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $name(args: SnacArgs, ctx: Context) {
-                // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
-                // forwarded launch contract.
-                unsafe {
-                    let ctx = purlin_device::kernel_param!(ctx in $name[1]);
-                    collective::$f::<Native, $config>(launched(args), ctx)
-                }
-            }
-        )*
-    };
-}
-
-copy_kernels!(
-    Runtime,
-    all_gather => purlin_all_gather,
-    all_gather_v => purlin_all_gather_v,
-    all_to_all => purlin_all_to_all,
-    all_to_all_v => purlin_all_to_all_v,
-);
-
-// The latency-only builds (`snac::Latency`): what the host launches for a call that
-// `collective::lean` says needs no Atom shared memory, with `SNAC_SMEM_BYTES` of shared memory.
-// Named `purlin_<collective>_latency[_<type>]`.
-reduce_kernels!(all_reduce_op, Latency, [
-    f32 => purlin_all_reduce_latency_float, half::f16 => purlin_all_reduce_latency_half,
-    half::bf16 => purlin_all_reduce_latency_bfloat16, E4m3 => purlin_all_reduce_latency_f8e4m3,
-    E5m2 => purlin_all_reduce_latency_f8e5m2,
-]);
-reduce_kernels!(reduce_scatter_op, Latency, [
-    f32 => purlin_reduce_scatter_latency_float, half::f16 => purlin_reduce_scatter_latency_half,
-    half::bf16 => purlin_reduce_scatter_latency_bfloat16,
-    E4m3 => purlin_reduce_scatter_latency_f8e4m3, E5m2 => purlin_reduce_scatter_latency_f8e5m2,
-]);
-reduce_kernels!(reduce_scatter_v_op, Latency, [
-    f32 => purlin_reduce_scatter_v_latency_float, half::f16 => purlin_reduce_scatter_v_latency_half,
-    half::bf16 => purlin_reduce_scatter_v_latency_bfloat16,
-    E4m3 => purlin_reduce_scatter_v_latency_f8e4m3,
-    E5m2 => purlin_reduce_scatter_v_latency_f8e5m2,
-]);
-copy_kernels!(
-    Latency,
-    all_gather => purlin_all_gather_latency,
-    all_gather_v => purlin_all_gather_v_latency,
-    all_to_all => purlin_all_to_all_latency,
-    all_to_all_v => purlin_all_to_all_v_latency,
-);
+purlin_device::for_each_collective!(kernels);
 
 /// The bounded stream-ordered wait of a point-to-point window (`p2p::Window::wait_on_stream`):
 /// launch one block of one thread. Waits until the `u64` signal at `signal` reaches `value`

@@ -38,9 +38,11 @@ pub use host::*;
 /// host, it is `&param`.
 ///
 /// `kernel_param!(ctx in my_kernel[1])` names the parameter, the kernel's unmangled name and
-/// the parameter's position (from 0). Use it in an `unsafe` block: the macro cannot check that
-/// `my_kernel` is the enclosing kernel nor that `ctx` is its parameter at that position, and a
-/// wrong one reads other bytes (a wrong name fails to assemble).
+/// the parameter's position (from 0); a kernel exported under another name (`#[export_name]`)
+/// is named by that string instead, `kernel_param!(ctx in symbol("purlin_x") [1])` (any string
+/// `concat!` takes). Use it in an `unsafe` block: the macro cannot check that `my_kernel` is
+/// the enclosing kernel nor that `ctx` is its parameter at that position, and a wrong one reads
+/// other bytes (a wrong name fails to assemble).
 ///
 /// ```
 /// use purlin_device::context::Context;
@@ -56,7 +58,7 @@ pub use host::*;
     allow_internal_unstable(asm_experimental_arch)
 )]
 macro_rules! kernel_param {
-    ($param:ident in $kernel:ident [$index:literal]) => {{
+    ($param:ident in symbol($symbol:expr) [$index:literal]) => {{
         #[cfg(all(target_arch = "nvptx64", target_feature = "ptx77"))]
         let view = {
             let at: u64;
@@ -64,7 +66,7 @@ macro_rules! kernel_param {
             unsafe {
                 ::core::arch::asm!(
                     concat!(
-                        "mov.b64 {at}, ", stringify!($kernel), "_param_", stringify!($index), ";\n\t",
+                        "mov.b64 {at}, ", $symbol, "_param_", stringify!($index), ";\n\t",
                         "cvta.param.u64 {at}, {at};"
                     ),
                     at = out(reg64) at,
@@ -77,6 +79,9 @@ macro_rules! kernel_param {
         let view = $crate::arch::parameter_at(&$param, &$param as *const _ as u64);
         view
     }};
+    ($param:ident in $kernel:ident [$index:literal]) => {
+        $crate::kernel_param!($param in symbol(stringify!($kernel)) [$index])
+    };
 }
 
 /// The parameter `param` as read at the generic address `at` ([`kernel_param!`]'s result,

@@ -53,7 +53,8 @@ macro_rules! atom {
             copy_to_all($coop:ident, $dsts:ident, $src:ident, $bytes:ident, $csmem:ident) => $copy:expr,
             reduce_to_all<$t:ident, $o:ident>(
                 $rcoop:ident, $rdsts:ident, $srcs:ident, $count:ident, $rsmem:ident
-            ) => $reduce:expr $(,)?
+            ) => $reduce:expr
+            $(, after_wait() => $after_wait:expr)? $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -62,6 +63,13 @@ macro_rules! atom {
             $(#[$threads_meta])*
             const THREADS: u32 = $threads;
             const SMEM_BYTES: u32 = $smem;
+
+            $(
+                #[inline(always)]
+                fn after_wait() {
+                    $after_wait
+                }
+            )?
 
             #[inline(always)]
             unsafe fn copy(
@@ -186,6 +194,19 @@ pub trait Atom {
     /// # Safety
     /// See the module contract; `src` and `dst` are valid for `bytes` and do not overlap.
     unsafe fn copy(coop: Coop, dst: *mut u8, src: *const u8, bytes: usize, smem: *mut u8);
+
+    /// Called by thread 0 of a block after it waited for a peer's signal and before the block
+    /// copies what the signal announced (or overwrites what the peer was done reading): an
+    /// Atom whose copies thread 0 issues through another memory proxy orders them after the
+    /// acquire here. Provided: nothing (copies through registers and `cp.async` need no
+    /// fence).
+    ///
+    /// ```
+    /// use purlin_device::atom::{Atom, Host};
+    /// Host::after_wait();
+    /// ```
+    #[inline(always)]
+    fn after_wait() {}
 
     /// `dst[i] = srcs[0][i] ⊕ srcs[1][i] ⊕ …` for `i < count`, in `f32`, sources in order.
     /// `dst` may equal one of the sources (each element is read before it is written).

@@ -16,5 +16,8 @@ atom! {
         reduce_to_all<T, O>(coop, dsts, srcs, count, smem) => {
             ring_reduce::<T, O>(coop, dsts, srcs, count, smem)
         },
+        // Thread 0 issues the bulk copies (the async proxy): order its acquire before them,
+        // and the peers' reads it waited for before its bulk writes into a reused slot.
+        after_wait() => crate::arch::fence_proxy_async(),
     }
 }

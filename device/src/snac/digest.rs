@@ -3,19 +3,20 @@
 //! disagreement is a fault naming both ranks and the field at once rather than a silent wrong
 //! result or a timeout.
 //!
-//! Packets: `shape` (collective, element, operator, mode, algorithm, blocks), `size` (bytes of
-//! a fixed-size call, `max_count` of a V call), `plan` (a hash of the plan's knobs and of the
-//! workspace layout) and `counts` (AllGatherV and ReduceScatterV: a hash of the counts, which
-//! every rank holds alike; AllToAllV: the count the sender sends to this receiver, which must
-//! equal what the receiver expects from it; the fixed-size collectives: the identity of their
-//! symmetric buffers, [`SnacArgs::buffers`](super::SnacArgs::buffers), 0 for ordinary ones).
+//! Packets: `shape` (what the call runs, element, operator, mode, algorithm, blocks), `size`
+//! (bytes of a fixed-size call, `max_count` of a V call), `plan` (a hash of the plan's knobs
+//! and of the workspace layout) and `counts`: by default a hash of the counts every rank holds
+//! alike in its low 32 bits (0 for a fixed-size call) and the identity of the call's symmetric
+//! buffers in its high 32 ([`SnacArgs::buffers`](super::SnacArgs::buffers), 0 for ordinary
+//! ones); a call whose shape carries [`PER_PAIR_COUNTS`] posts to each receiver the count it
+//! sends it, which must equal what the receiver expects from it.
 //!
 //! ```
 //! use purlin_device::snac::digest::{compare, shape};
-//! use purlin_device::snac::{CollectiveKind, DigestField};
-//! let a = [shape(CollectiveKind::AllReduce, 0x81, 1, 0, 0, 8), 4096, 7, 0];
+//! use purlin_device::snac::{CallKind, DigestField};
+//! let a = [shape(CallKind(1), 0x81, 1, 0, 0, 8), 4096, 7, 0];
 //! let mut b = a;
-//! b[0] = shape(CollectiveKind::AllReduce, 0x81, 2, 0, 0, 8);
+//! b[0] = shape(CallKind(1), 0x81, 2, 0, 0, 8);
 //! assert_eq!(compare(&a, &b).map(|m| m.0), Some(DigestField::Operator));
 //! b = a;
 //! b[1] = 8192;
@@ -24,28 +25,32 @@
 //! ```
 
 use super::Plan;
-use super::fault::{CollectiveKind, DigestField};
+use super::fault::{CallKind, DigestField};
 use crate::context::Context;
 
 /// The digest's packets in the order they are posted.
 pub type Digest = [u64; crate::context::ARRIVAL_PACKETS];
 
-/// `counts` packet value of an AllToAllV digest: the receiver compares the count the sender
-/// sends it instead of the packet as posted.
+/// `counts` packet value of a per-pair digest ([`PER_PAIR_COUNTS`]): the receiver compares the
+/// count the sender sends it instead of the packet as posted.
 pub const PER_PAIR: u64 = u64::MAX;
 
-/// The `shape` packet: collective, element code, operator code, mode, algorithm (one byte
-/// each), blocks (16 bits).
+/// A flag of the `shape` packet: the `counts` packets are per pair (each sender posts to each
+/// receiver the count it sends it) rather than the same for every peer.
+pub const PER_PAIR_COUNTS: u64 = 1 << 40;
+
+/// The `shape` packet: what the call runs, element code, operator code, mode, algorithm (one
+/// byte each), blocks (16 bits); flags such as [`PER_PAIR_COUNTS`] are or-ed in by the caller.
 #[inline(always)]
 pub const fn shape(
-    kind: CollectiveKind,
+    kind: CallKind,
     element: u8,
     operator: u8,
     mode: u32,
     algorithm: u32,
     blocks: u32,
 ) -> u64 {
-    (kind as u64)
+    (kind.0 as u64)
         | ((element as u64) << 8)
         | ((operator as u64) << 16)
         | (((mode & 0xff) as u64) << 24)
@@ -86,7 +91,7 @@ pub fn plan_word(plan: &Plan, ctx: &Context) -> u64 {
 }
 
 /// The first field in which two digests differ, with this rank's and the peer's value; the
-/// `counts` packets are compared as they are (see [`PER_PAIR`] for AllToAllV).
+/// `counts` packets are compared as they are (see [`PER_PAIR`] for per-pair counts).
 #[inline(always)]
 pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64, u64)> {
     let fields = [
@@ -118,10 +123,9 @@ pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64
         );
     }
     if mine[3] != theirs[3] {
-        // An AllToAllV's packet is the count one rank sends the other. Any other call's holds
-        // its counts' hash (V forms) in the low 32 bits and its symmetric buffers in the high.
-        let kind = CollectiveKind::from_u32((mine[0] & 0xff) as u32);
-        if matches!(kind, Some(CollectiveKind::AllToAllV)) {
+        // A per-pair packet is the count one rank sends the other. Any other holds the counts'
+        // hash in the low 32 bits and the symmetric buffers in the high.
+        if mine[0] & PER_PAIR_COUNTS != 0 {
             return Some((DigestField::Counts, mine[3], theirs[3]));
         }
         return halves(

@@ -1,49 +1,17 @@
 //! The fault record a block leaves in its rank's local state when a wait runs out of time (or
-//! the arguments cannot be run), and its decoded form for the host.
+//! the arguments cannot be run), and the cause a faulting rank posts to its peers. The decoded
+//! form, which names the collective, is `collective::Fault`.
 
-use core::fmt;
-
-wire_enum! {
-    /// Which collective a fault happened in.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub enum CollectiveKind {
-        /// AllReduce.
-        AllReduce = 1 => "all_reduce",
-        /// AllGather.
-        AllGather = 2 => "all_gather",
-        /// ReduceScatter.
-        ReduceScatter = 3 => "reduce_scatter",
-        /// AllToAll.
-        AllToAll = 4 => "all_to_all",
-        /// AllGatherV.
-        AllGatherV = 5 => "all_gather_v",
-        /// ReduceScatterV.
-        ReduceScatterV = 6 => "reduce_scatter_v",
-        /// AllToAllV.
-        AllToAllV = 7 => "all_to_all_v",
-    }
-
-    /// The name nccl-tests and the original print (`all_reduce`, ...).
-    pub const fn name(self) -> &'static str;
-}
-
-impl CollectiveKind {
-    /// True for the collectives that reduce.
-    pub const fn reduces(self) -> bool {
-        matches!(
-            self,
-            Self::AllReduce | Self::ReduceScatter | Self::ReduceScatterV
-        )
-    }
-
-    /// True for the variable-length collectives.
-    pub const fn is_v(self) -> bool {
-        matches!(
-            self,
-            Self::AllGatherV | Self::ReduceScatterV | Self::AllToAllV
-        )
-    }
-}
+/// What a call runs, as the layer above SNAC names it: an opaque code that SNAC writes into
+/// fault records, abort records and the call digest without reading it (the collectives' codes
+/// are `collective::CollectiveKind`'s).
+///
+/// ```
+/// use purlin_device::snac::CallKind;
+/// assert_ne!(CallKind(1), CallKind(2));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallKind(pub u8);
 
 wire_enum! {
     /// What a block was waiting for.
@@ -180,7 +148,7 @@ pub struct FaultRecord {
     pub count: u32,
     /// [`FaultKind`].
     pub kind: u32,
-    /// [`CollectiveKind`].
+    /// The call's [`CallKind`] code.
     pub collective: u32,
     /// The rank that recorded the fault.
     pub rank: u32,
@@ -201,7 +169,7 @@ pub struct FaultRecord {
     pub observed: u64,
     /// What else the kind needs: a refusal's [`Refusal`] (low 32 bits) and the index of the
     /// offending count (high 32); a digest fault's [`DigestField`]; a peer's fault, that
-    /// fault's cause ([`Fault::cause_code`]).
+    /// fault's cause (a [`Cause`] code).
     pub detail: u64,
 }
 
@@ -231,131 +199,45 @@ impl FaultRecord {
     }
 }
 
-/// A decoded fault: which collective, on which rank and block, waiting for whom and what.
+/// A fault as a rank's abort record carries it to its peers, packed in one `u64`: kind, call,
+/// peer, signal, whether the peer was missing, and the low byte of the refusal or field.
 ///
 /// ```
-/// use purlin_device::snac::{CollectiveKind, Fault, FaultKind, SignalKind};
-/// let mut bytes = [0u8; 64];
-/// bytes[0] = 1; // count
-/// bytes[4] = FaultKind::Timeout as u8;
-/// bytes[8] = CollectiveKind::AllGather as u8;
-/// bytes[12] = 1; // rank
-/// bytes[16] = 3; // peer
-/// bytes[28] = 1; // missing
-/// let fault = Fault::decode(&bytes).unwrap();
-/// assert_eq!((fault.rank, fault.peer, fault.peer_missing), (1, 3, true));
-/// assert_eq!(fault.signal, SignalKind::Data);
-/// assert!(fault.to_string().contains("rank 3"));
-/// assert!(Fault::decode(&[0u8; 64]).is_none());
+/// use purlin_device::snac::{CallKind, Cause, FaultKind, SignalKind};
+/// let c = Cause { kind: FaultKind::Timeout, call: CallKind(2), peer: 3, signal: SignalKind::Data, peer_missing: true, detail: 0 };
+/// assert_eq!(Cause::decode(c.encode()), Some(c));
+/// assert_eq!(Cause::decode(0), None);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fault {
+pub struct Cause {
     /// Why.
     pub kind: FaultKind,
-    /// In which collective.
-    pub collective: CollectiveKind,
-    /// The rank that recorded it.
-    pub rank: u32,
-    /// The rank waited for; if `peer_missing`, the rank that never joined the call.
+    /// What the call ran.
+    pub call: CallKind,
+    /// The rank waited for (its low byte), or the one that never joined.
     pub peer: u32,
-    /// True when `peer` never joined the call.
-    pub peer_missing: bool,
-    /// The block that recorded it.
-    pub block: u32,
     /// What was awaited.
     pub signal: SignalKind,
-    /// The call's epoch.
-    pub epoch: u64,
-    /// The flag awaited.
-    pub awaited: u64,
-    /// The last value seen (see [`FaultRecord::observed`]).
-    pub observed: u64,
-    /// How many blocks of this rank faulted.
-    pub count: u32,
-    /// The kind's details (see [`FaultRecord::detail`]).
+    /// True when `peer` never joined the call.
+    pub peer_missing: bool,
+    /// The low byte of the fault's detail (a refusal or digest field).
     pub detail: u64,
 }
 
-impl Fault {
-    /// Decodes a rank's fault record; `None` if it holds no fault (or is malformed).
-    pub fn decode(bytes: &[u8; 64]) -> Option<Self> {
-        Self::from_record(&FaultRecord::from_bytes(bytes))
+impl Cause {
+    /// The packed code (never 0: every fault kind is nonzero).
+    pub const fn encode(&self) -> u64 {
+        (self.kind as u64)
+            | ((self.call.0 as u64) << 8)
+            | ((self.peer as u64 & 0xff) << 16)
+            | ((self.signal as u64) << 24)
+            | ((self.peer_missing as u64) << 32)
+            | ((self.detail & 0xff) << 40)
     }
 
-    /// The fault in a record; `None` if it holds none (or is malformed).
-    pub fn from_record(r: &FaultRecord) -> Option<Self> {
-        if r.count == 0 {
-            return None;
-        }
-        Some(Self {
-            kind: FaultKind::from_u32(r.kind)?,
-            collective: CollectiveKind::from_u32(r.collective)?,
-            rank: r.rank,
-            peer: r.peer,
-            peer_missing: r.missing != 0,
-            block: r.block,
-            signal: SignalKind::from_u32(r.signal)?,
-            epoch: r.epoch,
-            awaited: r.awaited,
-            observed: r.observed,
-            count: r.count,
-            detail: r.detail,
-        })
-    }
-
-    /// Why the call was refused ([`FaultKind::InvalidArgument`]).
-    pub const fn refusal(&self) -> Refusal {
-        Refusal::from_u32(self.detail as u32)
-    }
-
-    /// The index of the offending count of a refusal (V collectives).
-    pub const fn refused_index(&self) -> u32 {
-        (self.detail >> 32) as u32
-    }
-
-    /// The field two ranks disagree on ([`FaultKind::DigestMismatch`]).
-    pub const fn field(&self) -> DigestField {
-        DigestField::from_u32(self.detail as u32)
-    }
-
-    /// This fault packed into the `u64` a rank's abort record carries to its peers: kind,
-    /// collective, peer, signal, whether the peer was missing, and the refusal or field.
-    pub const fn cause_code(&self) -> u64 {
-        Self::encode_cause(
-            self.kind,
-            self.collective,
-            self.peer,
-            self.signal,
-            self.peer_missing,
-            self.detail,
-        )
-    }
-
-    /// The [`cause_code`](Self::cause_code) of a fault with these fields (what a faulting block
-    /// writes before any `Fault` value exists); [`from_cause`](Self::from_cause) reads it back.
-    pub const fn encode_cause(
-        kind: FaultKind,
-        collective: CollectiveKind,
-        peer: u32,
-        signal: SignalKind,
-        peer_missing: bool,
-        detail: u64,
-    ) -> u64 {
-        (kind as u64)
-            | ((collective as u64) << 8)
-            | ((peer as u64 & 0xff) << 16)
-            | ((signal as u64) << 24)
-            | ((peer_missing as u64) << 32)
-            | ((detail & 0xff) << 40)
-    }
-
-    /// The first fault of rank `rank`, unpacked from its [`cause_code`](Self::cause_code)
-    /// (`None` for a code that is no fault).
-    pub const fn from_cause(rank: u32, code: u64, time: u64) -> Option<Self> {
+    /// The cause packed in `code` (`None` for a code that is no fault).
+    pub const fn decode(code: u64) -> Option<Self> {
         let Some(kind) = FaultKind::from_u32((code & 0xff) as u32) else {
-            return None;
-        };
-        let Some(collective) = CollectiveKind::from_u32(((code >> 8) & 0xff) as u32) else {
             return None;
         };
         let Some(signal) = SignalKind::from_u32(((code >> 24) & 0xff) as u32) else {
@@ -363,128 +245,11 @@ impl Fault {
         };
         Some(Self {
             kind,
-            collective,
-            rank,
+            call: CallKind(((code >> 8) & 0xff) as u8),
             peer: ((code >> 16) & 0xff) as u32,
-            peer_missing: (code >> 32) & 1 == 1,
-            block: 0,
             signal,
-            epoch: 0,
-            awaited: 0,
-            observed: time,
-            count: 1,
+            peer_missing: (code >> 32) & 1 == 1,
             detail: (code >> 40) & 0xff,
         })
-    }
-
-    /// For a [`FaultKind::PeerFaulted`] fault: the peer's first fault.
-    pub const fn first(&self) -> Option<Self> {
-        match self.kind {
-            FaultKind::PeerFaulted => Self::from_cause(self.peer, self.detail, self.observed),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.collective.name();
-        match self.kind {
-            FaultKind::InvalidArgument => {
-                write!(
-                    f,
-                    "{name} refused on rank {}: {}",
-                    self.rank,
-                    self.refusal().describe()
-                )?;
-                match self.refusal() {
-                    Refusal::CountAboveMax
-                    | Refusal::SourceTooSmall
-                    | Refusal::DestinationTooSmall => write!(
-                        f,
-                        " (count {} at index {}: {} bytes needed)",
-                        self.observed,
-                        self.refused_index(),
-                        self.awaited
-                    ),
-                    Refusal::BlockThreads => write!(f, " ({} threads)", self.observed),
-                    _ => Ok(()),
-                }
-            }
-            FaultKind::Timeout if self.peer_missing => write!(
-                f,
-                "{name} timed out on rank {} (block {}): rank {} never launched the call (epoch {})",
-                self.rank, self.block, self.peer, self.epoch
-            ),
-            FaultKind::Timeout => write!(
-                f,
-                "{name} timed out on rank {} (block {}) waiting for {} from rank {}: flag {} awaited, {} seen (epoch {})",
-                self.rank,
-                self.block,
-                self.signal.describe(),
-                self.peer,
-                self.awaited,
-                self.observed,
-                self.epoch
-            ),
-            FaultKind::DigestMismatch => write!(
-                f,
-                "{name} on rank {} and rank {} disagree on the {}: {} here, {} there (epoch {})",
-                self.rank,
-                self.peer,
-                self.field().name(),
-                self.awaited,
-                self.observed,
-                self.epoch
-            ),
-            FaultKind::PeerFaulted => match self.first() {
-                Some(first) => write!(
-                    f,
-                    "{name} on rank {} stopped: rank {} faulted first ({})",
-                    self.rank,
-                    self.peer,
-                    first.cause()
-                ),
-                None => write!(
-                    f,
-                    "{name} on rank {} stopped: rank {} faulted first",
-                    self.rank, self.peer
-                ),
-            },
-        }
-    }
-}
-
-impl Fault {
-    /// A short cause, as a peer learns it from the abort record.
-    pub fn cause(&self) -> impl fmt::Display + '_ {
-        struct Cause<'a>(&'a Fault);
-        impl fmt::Display for Cause<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                let c = self.0;
-                match c.kind {
-                    FaultKind::InvalidArgument => {
-                        write!(f, "it refused the call: {}", c.refusal().describe())
-                    }
-                    FaultKind::Timeout if c.peer_missing => {
-                        write!(f, "timed out: rank {} never launched the call", c.peer)
-                    }
-                    FaultKind::Timeout => write!(
-                        f,
-                        "timed out waiting for {} from rank {}",
-                        c.signal.describe(),
-                        c.peer
-                    ),
-                    FaultKind::DigestMismatch => write!(
-                        f,
-                        "its call and rank {}'s disagree on the {}",
-                        c.peer,
-                        c.field().name()
-                    ),
-                    FaultKind::PeerFaulted => write!(f, "stopped by rank {}", c.peer),
-                }
-            }
-        }
-        Cause(self)
     }
 }

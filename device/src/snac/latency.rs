@@ -1,33 +1,26 @@
-//! The latency regime of AllReduce: packets instead of staging + signals, so a small reduce
-//! costs one trip over the interconnect (one-shot) or two (two-shot) and no flag round trips.
+//! The latency regime: packets instead of staging + signals, so a small call costs one trip
+//! over the interconnect and no flag round trips.
 //!
 //! The payload is cut into 16-byte units; a unit travels as two packets (32 bytes). Rank `R`'s
 //! window for sender `S` in half `h` is `staging[R] + latency_offset(h) + S × window`.
-//! - One-shot: every rank writes all its units into every peer's window, then reduces every
-//!   unit over ranks `0..world` (its own from `src`).
-//! - Two-shot: unit `u` belongs to shard `owner(u)`. Every rank writes the units of shard `q`
-//!   into rank `q`'s window (lower half), reduces its own shard, writes the result into every
-//!   peer's window (upper half), and copies the other shards' results from its own window.
+//! A collective's streams ([`streams`]): its producer streams are pushed unit by unit straight
+//! into the window each reader keeps for this rank (one stream per reader and sender, so a
+//! sender's window holds exactly one); its consumer streams poll their own windows and copy or
+//! reduce into `dst`. One trip over the interconnect, no signals, no staging copy. The units,
+//! windows and gathers here are also what a collective's own packet algorithms are made of
+//! (AllReduce's one- and two-shot, `collective::all_reduce`).
 //!
-//! - Any other collective ([`streams`]): its producer streams are pushed unit by unit straight
-//!   into the window each reader keeps for this rank (one stream per reader and sender, so a
-//!   sender's window holds exactly one); its consumer streams poll their own windows and copy
-//!   or reduce into `dst`. One trip over the interconnect, no signals, no staging copy.
-//!
-//! Both reduce each element in `f32` in rank order and round once, as the Atoms do; the
-//! two-shot result packets carry the already rounded value, so every path gives the same bits.
-//! All `blocks × threads` threads stride over the units; the same thread reads a unit of `src`
-//! and later writes it to `dst`, so `src == dst` is allowed.
+//! Reductions reduce each element in `f32` in rank order and round once, as the Atoms do, so
+//! every path gives the same bits. All `blocks × threads` threads stride over the units; the
+//! same thread reads a unit of `src` and later writes it to `dst`, so `src == dst` is allowed.
 
 use super::fault::SignalKind;
 use super::packet;
 use super::staging::{Get, Streams};
 use super::sync::{Call, DIGEST_WARP, Left};
 use super::trace::Point;
-use super::transfer::{Operator, Reducer, Typed};
+use super::transfer::Reducer;
 use crate::arch;
-use crate::element::Element;
-use crate::partition::even_split;
 
 /// Bytes of window per unit (two packets).
 pub(crate) const UNIT_WINDOW: u64 = 32;
@@ -44,31 +37,12 @@ pub(crate) const fn one_shot_fits(bytes: u64, window: u64) -> bool {
     units(bytes) * UNIT_WINDOW <= window
 }
 
-/// Whether two-shot fits: the largest shard in half a window.
-#[inline(always)]
-pub(crate) const fn two_shot_fits(bytes: u64, world: u64, window: u64) -> bool {
-    units(bytes).div_ceil(world) * UNIT_WINDOW <= window / 2
-}
-
-/// The shard that unit `u` of `units` belongs to (the inverse of `even_split`).
-#[inline(always)]
-pub const fn owner(u: u64, units: u64, world: u64) -> u64 {
-    let base = units / world;
-    let extra = units % world;
-    let pivot = extra * (base + 1);
-    if u < pivot {
-        u / (base + 1)
-    } else {
-        extra + (u - pivot) / base
-    }
-}
-
 /// The `u`-th unit of a `bytes`-byte buffer, zero-padded past the end.
 ///
 /// # Safety
 /// `src` is valid for `bytes`.
 #[inline(always)]
-unsafe fn load_unit(src: *const u8, u: u64, bytes: u64) -> u128 {
+pub(crate) unsafe fn load_unit(src: *const u8, u: u64, bytes: u64) -> u128 {
     let at = u * 16;
     if at + 16 <= bytes && (src as usize) & 15 == 0 {
         // SAFETY: a whole aligned unit inside the buffer.
@@ -101,7 +75,7 @@ unsafe fn load_unit_bytes(src: *const u8, at: u64, bytes: u64) -> u128 {
 /// # Safety
 /// `dst` is valid for `bytes`.
 #[inline(always)]
-unsafe fn store_unit(dst: *mut u8, u: u64, bytes: u64, v: u128) {
+pub(crate) unsafe fn store_unit(dst: *mut u8, u: u64, bytes: u64, v: u128) {
     let at = u * 16;
     if at + 16 <= bytes && (dst as usize) & 15 == 0 {
         // SAFETY: a whole aligned unit inside the buffer.
@@ -131,7 +105,7 @@ unsafe fn store_unit_bytes(dst: *mut u8, at: u64, bytes: u64, v: u128) {
 /// # Safety
 /// The window holds at least `index + 1` units.
 #[inline(always)]
-unsafe fn put_unit(window: *mut u8, index: u64, v: u128, flag: u32) {
+pub(crate) unsafe fn put_unit(window: *mut u8, index: u64, v: u128, flag: u32) {
     // SAFETY: both packets lie in the window.
     unsafe {
         let p = window.add((index * UNIT_WINDOW) as usize);
@@ -163,7 +137,7 @@ unsafe fn await_unit(
 /// # Safety
 /// The window holds at least `index + 1` units.
 #[inline(always)]
-unsafe fn get_unit(
+pub(crate) unsafe fn get_unit(
     call: &Call,
     window: *const u8,
     index: u64,
@@ -188,7 +162,7 @@ unsafe fn get_unit(
 
 /// The window rank `rank` keeps for `sender` in this call's half.
 #[inline(always)]
-fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
+pub(crate) fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
     let layout = call.ctx.layout();
     (call.ctx.staging[rank as usize]
         + layout.latency_offset(call.half())
@@ -248,7 +222,7 @@ macro_rules! in_flight {
 /// # Safety
 /// Every rank's window here holds at least `index + 1` units.
 #[inline(always)]
-unsafe fn gather_unit<E: FnMut(u32, u128)>(
+pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
     call: &Call,
     index: u64,
     flag: u32,
@@ -289,167 +263,6 @@ unsafe fn gather_unit<E: FnMut(u32, u128)>(
     Ok(())
 }
 
-/// Reduces unit `u` over ranks `0..world` in order: this rank's from `src`, the others' from
-/// their packets in slot `index` of their windows here ([`gather_unit`]).
-///
-/// # Safety
-/// As [`one_shot`].
-#[inline(always)]
-unsafe fn reduce_unit<T: Element, P: Operator>(
-    call: &Call,
-    op: P,
-    src: *const u8,
-    bytes: u64,
-    u: u64,
-    index: u64,
-    flag: u32,
-) -> Result<u128, Left> {
-    let reducer = Typed::<T, P>::new(op);
-    let mut acc = T::Lanes::default();
-    // SAFETY: forwarded contract.
-    let own = unsafe { load_unit(src, u, bytes) };
-    // SAFETY: forwarded contract.
-    unsafe {
-        gather_unit(call, index, flag, Some(own), |p, v| {
-            reducer.fold_unit(&mut acc, p == 0, v)
-        })?
-    };
-    Ok(reducer.unit_of(acc))
-}
-
-/// One-shot AllReduce of `bytes` bytes of `T`.
-///
-/// # Safety
-/// `src`/`dst` valid for `bytes` (they may be equal); the windows hold `units(bytes)` units;
-/// every thread of every block of the call runs it with the same values.
-#[inline(never)]
-pub(crate) unsafe fn one_shot<T: Element, P: Operator>(
-    call: &Call,
-    dst: *mut u8,
-    src: *const u8,
-    bytes: u64,
-    blocks: u32,
-    op: P,
-) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
-    let flag = packet::flag32(call.epoch);
-    let units = units(bytes);
-    let Lanes {
-        first,
-        stride,
-        warp_kept,
-    } = lanes(call, blocks, units);
-    let mut u = first;
-    while u < units {
-        // SAFETY: forwarded contract.
-        let v = unsafe { load_unit(src, u, bytes) };
-        for q in 0..world {
-            if q != me {
-                // SAFETY: the peer's window for this rank holds every unit.
-                unsafe { put_unit(window(call, q, me), u, v, flag) };
-            }
-        }
-        u += stride;
-    }
-    call.mark(Point::Sent);
-    call.check_digests_early(warp_kept);
-    let mut u = first;
-    while u < units {
-        // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, P>(call, op, src, bytes, u, u, flag)? };
-        // SAFETY: forwarded contract.
-        unsafe { store_unit(dst, u, bytes, v) };
-        u += stride;
-    }
-    call.mark(Point::Received);
-    Ok(())
-}
-
-/// Two-shot AllReduce of `bytes` bytes of `T` (reduce-scatter and all-gather over packets).
-///
-/// # Safety
-/// As [`one_shot`], with the largest shard fitting half a window.
-#[inline(never)]
-pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
-    call: &Call,
-    dst: *mut u8,
-    src: *const u8,
-    bytes: u64,
-    blocks: u32,
-    op: P,
-) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
-    let flag = packet::flag32(call.epoch);
-    let units = units(bytes);
-    let results = call.ctx.latency_window_bytes / 2;
-    let shard_first = |q: u64| even_split(units as usize, world as usize, q as usize).0 as u64;
-    let (mine, my_len) = even_split(units as usize, world as usize, me as usize);
-    let (mine, my_len) = (mine as u64, my_len as u64);
-    let Lanes {
-        first,
-        stride,
-        warp_kept,
-    } = lanes(call, blocks, units);
-
-    // 1. Scatter: the units of shard q to rank q.
-    let mut u = first;
-    while u < units {
-        let q = owner(u, units, world as u64);
-        if q != me as u64 {
-            // SAFETY: forwarded contract; shard q fits the lower half of q's window.
-            unsafe {
-                put_unit(
-                    window(call, q as u32, me),
-                    u - shard_first(q),
-                    load_unit(src, u, bytes),
-                    flag,
-                )
-            };
-        }
-        u += stride;
-    }
-    call.mark(Point::Sent);
-    call.check_digests_early(warp_kept);
-    // 2. Reduce this rank's shard, keep it, and send it to every peer.
-    let mut i = first;
-    while i < my_len {
-        let u = mine + i;
-        // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, P>(call, op, src, bytes, u, i, flag)? };
-        // SAFETY: forwarded contract.
-        unsafe { store_unit(dst, u, bytes, v) };
-        for q in 0..world {
-            if q != me {
-                // SAFETY: the result lies in the upper half of q's window for this rank.
-                unsafe { put_unit(window(call, q, me).add(results as usize), i, v, flag) };
-            }
-        }
-        i += stride;
-    }
-    // 3. Gather the other shards' results.
-    let mut u = first;
-    while u < units {
-        let q = owner(u, units, world as u64);
-        if q != me as u64 {
-            // SAFETY: rank q's results lie in the upper half of its window here.
-            let v = unsafe {
-                get_unit(
-                    call,
-                    window(call, me, q as u32).add(results as usize),
-                    u - shard_first(q),
-                    flag,
-                    q as u32,
-                )?
-            };
-            // SAFETY: forwarded contract.
-            unsafe { store_unit(dst, u, bytes, v) };
-        }
-        u += stride;
-    }
-    call.mark(Point::Received);
-    Ok(())
-}
-
 /// This thread's share of a packet path's units: its first unit, the stride, and whether
 /// block 0's last warp is kept out of the data to check the digests meanwhile
 /// ([`Call::check_digests_early`]). The call's `blocks × threads` threads take the units in
@@ -460,7 +273,7 @@ pub(crate) unsafe fn two_shot<T: Element, P: Operator>(
 /// anyway). Longer loops check at the end. (No division: it would run before the first
 /// packet leaves.)
 #[inline(always)]
-fn lanes(call: &Call, blocks: u32, most: u64) -> Lanes {
+pub(crate) fn lanes(call: &Call, blocks: u32, most: u64) -> Lanes {
     let (block, threads, tid) = (call.block as u64, call.threads as u64, call.tid as u64);
     let lane = block * threads + tid;
     let all = blocks as u64 * threads;
@@ -481,10 +294,13 @@ fn lanes(call: &Call, blocks: u32, most: u64) -> Lanes {
 
 /// What [`lanes`] gives a thread.
 #[derive(Clone, Copy)]
-struct Lanes {
-    first: u64,
-    stride: u64,
-    warp_kept: bool,
+pub(crate) struct Lanes {
+    /// This thread's first unit.
+    pub(crate) first: u64,
+    /// Units between two of this thread's.
+    pub(crate) stride: u64,
+    /// Whether block 0's last warp checks the digests meanwhile.
+    pub(crate) warp_kept: bool,
 }
 
 /// Runs a collective's streams over packets (see the module docs). Every stream fits a window
@@ -702,22 +518,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn owner_inverts_even_split(units in 0u64..5000, world in 1u64..=16) {
-            for q in 0..world {
-                let (first, len) = even_split(units as usize, world as usize, q as usize);
-                for u in first..first + len {
-                    prop_assert_eq!(owner(u as u64, units, world), q);
-                }
-            }
-        }
-
-        #[test]
-        fn shards_fit_when_checked(bytes in 0u64..1 << 22, world in 1u64..=16, window_units in 1u64..1 << 14) {
+        fn one_shot_fits_when_checked(bytes in 0u64..1 << 22, window_units in 1u64..1 << 14) {
             let window = window_units * 32;
-            if two_shot_fits(bytes, world, window) {
-                let (_, len) = even_split(units(bytes) as usize, world as usize, 0);
-                prop_assert!(len as u64 * UNIT_WINDOW <= window / 2);
-            }
             if one_shot_fits(bytes, window) {
                 prop_assert!(units(bytes) * UNIT_WINDOW <= window);
             }

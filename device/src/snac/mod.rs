@@ -14,10 +14,10 @@
 //!   every call advances it by an odd amount, and chunk flags are `epoch + chunk + 1`.
 //! - signals (module `sync`): posted with `st.release.sys`, awaited with relaxed polling and
 //!   one acquire load; every wait is bounded by [`Context::timeout_ns`] and a timed-out wait
-//!   leaves a [`Fault`] in the rank's local state.
+//!   leaves a [`FaultRecord`] in the rank's local state.
 //! - last-arrival counters: the last block of a set to finish a chunk posts its flag.
 //! - [`packet`]: 16-byte latency packets (8-byte payload + flag written together), used by
-//!   the latency regime of AllReduce and by the size agreement of the V collectives.
+//!   the latency regime and by the size agreement of the V collectives.
 //! - staging (module `staging`): resident and cyclic staging; in cyclic mode a producer waits
 //!   for the *consumed* signal of the slot it is about to reuse.
 //! - [`symmetric`]: the symmetric regime, one pass over the peers' own buffers when a call's
@@ -89,7 +89,7 @@ pub mod trace;
 pub(crate) mod transfer;
 pub mod window;
 
-pub use fault::{CollectiveKind, DigestField, Fault, FaultKind, FaultRecord, Refusal, SignalKind};
+pub use fault::{CallKind, Cause, DigestField, FaultKind, FaultRecord, Refusal, SignalKind};
 
 use crate::atom::Atom;
 
@@ -125,27 +125,6 @@ pub(crate) const fn scratch_offset<A: Atom>() -> u32 {
 }
 
 wire_enum! {
-    /// Which AllReduce algorithm to run.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-    pub enum Algorithm {
-        /// Chosen from the size: one-shot or two-shot packets up to
-        /// [`Plan::latency_threshold`], the throughput regime above.
-        #[default]
-        Auto = 0,
-        /// Latency regime: every rank sends its whole input as packets to every peer.
-        OneShot = 1,
-        /// Latency regime: reduce-scatter over packets, then all-gather the reduced shards.
-        TwoShot = 2,
-        /// Throughput regime: chunked staging (ReduceScatter head + AllGather tail for world > 2,
-        /// direct for world 2).
-        Throughput = 3,
-    }
-
-    /// The algorithm with this `repr(u32)` value; unknown values mean `Auto`.
-    pub const fn from_u32(v: u32) -> Self else Auto;
-}
-
-wire_enum! {
     /// How reductions may combine values.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub enum ReductionMode {
@@ -167,8 +146,8 @@ wire_enum! {
 /// counts and epochs are derived from them and must agree across ranks.
 ///
 /// ```
-/// use purlin_device::snac::{Algorithm, Plan};
-/// let plan = Plan { chunk_bytes: 256 << 10, algorithm: Algorithm::Throughput as u32, ..Plan::default() };
+/// use purlin_device::snac::Plan;
+/// let plan = Plan { chunk_bytes: 256 << 10, ..Plan::default() };
 /// assert_eq!(plan.latency_threshold, 512 << 10);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -183,14 +162,16 @@ pub struct Plan {
     /// Chunk size of the throughput regime, bytes (rounded down to a multiple of 16, and to
     /// what the staging half can hold).
     pub chunk_bytes: u64,
-    /// AllReduce: payloads up to this many bytes use the latency regime (packets).
+    /// Payloads up to this many bytes (a collective's whole payload, summed over ranks where
+    /// the collective says so) may use the latency regime (packets).
     pub latency_threshold: u64,
-    /// AllReduce latency regime: payloads of at least this many bytes use two-shot (if
-    /// `world >= two_shot_min_world`), smaller ones one-shot.
+    /// The collectives' latency regime: payloads of at least this many bytes use two-shot
+    /// where a collective has it (if `world >= two_shot_min_world`), smaller ones one-shot.
     pub two_shot_min_bytes: u64,
-    /// AllReduce latency regime: the smallest world that uses two-shot.
+    /// The smallest world that uses two-shot.
     pub two_shot_min_world: u32,
-    /// Which AllReduce algorithm (as [`Algorithm`]).
+    /// Which algorithm the collective runs: its own code (the collectives':
+    /// `collective::Algorithm`), compared by the call digest and not read by SNAC.
     pub algorithm: u32,
     /// Reduction mode (as [`ReductionMode`]).
     pub mode: u32,
@@ -212,15 +193,10 @@ impl Plan {
         latency_threshold: 512 << 10,
         two_shot_min_bytes: 64 << 10,
         two_shot_min_world: 4,
-        algorithm: Algorithm::Auto as u32,
+        algorithm: 0,
         mode: ReductionMode::Default as u32,
         trace: 0,
     };
-
-    /// The algorithm knob as an enum.
-    pub const fn algorithm(&self) -> Algorithm {
-        Algorithm::from_u32(self.algorithm)
-    }
 }
 
 impl Default for Plan {

@@ -375,7 +375,7 @@ impl Slots {
     ) -> Result<(), Left> {
         let (slot, flag) = self.place(call, part);
         if let Some(target) = epoch::drain_target(call.epoch, part.chunk, self.geometry.slots) {
-            call.wait_block(put.drain, put.drain_kind, target)?;
+            call.wait_block::<A>(put.drain, put.drain_kind, target)?;
         }
         let (offset, at, len) = self.slice(put.len, part);
         // SAFETY: the slice lies inside the stream and inside the slot.
@@ -416,7 +416,7 @@ impl Slots {
                 len: total,
                 wait,
             } => {
-                call.wait_block(Ranks::One(peer), wait, flag)?;
+                call.wait_block::<A>(Ranks::One(peer), wait, flag)?;
                 // SAFETY: the slice lies inside the peer's slot and inside `dst`.
                 unsafe {
                     transfer::copy::<A>(
@@ -469,7 +469,7 @@ impl Slots {
         };
         let (slot, flag) = self.place(call, part);
         let (offset, at, len) = self.slice(total, part);
-        call.wait_block(Ranks::All, SignalKind::Data, flag)?;
+        call.wait_block::<A>(Ranks::All, SignalKind::Data, flag)?;
         let out = if dst.is_null() {
             // SAFETY: in place, in this rank's own region.
             unsafe { self.slot_ptr(call, call.me(), region, slot).add(offset) }

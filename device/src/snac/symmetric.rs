@@ -21,7 +21,7 @@
 
 use super::SnacArgs;
 use super::epoch;
-use super::fault::{CollectiveKind, Refusal, SignalKind};
+use super::fault::{Refusal, SignalKind};
 use super::sync::{Call, Counter, Left, Ranks};
 use super::transfer::{self, Reducer};
 use crate::atom::{Atom, MAX_DESTINATIONS, MAX_SOURCES};
@@ -69,6 +69,32 @@ pub(crate) enum Output {
     Every,
     /// That rank's (a slice of its part, when the ranks share the parts out evenly).
     Rank(u32),
+}
+
+/// Which of its peers' symmetric buffers a collective's one pass uses, depending on which of
+/// a call's buffers are symmetric: the rule a collective declares, from which
+/// [`Symmetric::of`] takes one call's [`Reach`] (and the host which tables to pass).
+///
+/// ```
+/// use purlin_device::snac::symmetric::PeerAccess;
+/// assert_ne!(PeerAccess::Read, PeerAccess::None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PeerAccess {
+    /// No one pass: the call always stages (a rank cannot compute where its part lies in a
+    /// peer's buffers).
+    None,
+    /// Reads every rank's `src` and writes every rank's `dst`: both must be symmetric.
+    ReadWrite,
+    /// Writes every rank's `dst` (a push) when it is symmetric, reading every rank's `src` too
+    /// when that is symmetric as well (the ranks then share the parts out evenly); else reads
+    /// every rank's `src` (a pull).
+    WriteElseRead,
+    /// Reads every rank's `src`, and writes every rank's `dst` when that is symmetric too (the
+    /// ranks then share the parts out evenly).
+    ReadMaybeWrite,
+    /// Reads every rank's `src`.
+    Read,
 }
 
 /// Which of the peers' buffers a one-pass call may touch: every rank's `src` (`reads`) and
@@ -161,13 +187,9 @@ pub(crate) struct Symmetric {
 }
 
 impl Symmetric {
-    /// The symmetric buffers of a `kind` call on rank `rank`, if it has them (`Ok(None)`:
-    /// ordinary buffers, [`SnacArgs::buffers`] 0, or an AllToAllV, whose layouts do not let a
-    /// rank compute where its part lies in a peer's buffers). What the collective touches on
-    /// the peers must be symmetric: AllReduce `src` and `dst`; AllGather(V) `dst` (it pushes
-    /// its part into every output, in place too; with a `src` table as well the ranks share
-    /// the output out evenly) or else `src` (every rank pulls); ReduceScatter(V) `src` (with a
-    /// `dst` table as well the ranks share the parts out evenly); AllToAll `src`. Refused
+    /// The symmetric buffers of a call on rank `rank` whose collective accesses its peers'
+    /// buffers as `access` says, if it has them (`Ok(None)`: ordinary buffers,
+    /// [`SnacArgs::buffers`] 0, or [`PeerAccess::None`]). Refused
     /// ([`Refusal::SymmetricBuffers`]) when a table the call uses is missing or does not hold
     /// the buffer the call's address lies in at `rank`: a rank must never take another rank's
     /// buffer for its own.
@@ -178,23 +200,20 @@ impl Symmetric {
     pub(crate) unsafe fn of(
         args: &SnacArgs,
         rank: u32,
-        kind: CollectiveKind,
+        access: PeerAccess,
     ) -> Result<Option<Self>, Refusal> {
-        if args.buffers == 0 || kind == CollectiveKind::AllToAllV {
+        if args.buffers == 0 || access == PeerAccess::None {
             return Ok(None);
         }
         // SAFETY (both): forwarded contract.
         let src = || unsafe { Peers::of(args.src_peers, rank, args.src as u64) };
         let dst = || unsafe { Peers::of(args.dst_peers, rank, args.dst as u64) };
-        // The tables a kind must have, and the ones it may have (then used, so checked).
-        let (reads, writes) = match kind {
-            CollectiveKind::AllReduce => (true, true),
-            CollectiveKind::AllGather | CollectiveKind::AllGatherV if !args.dst_peers.is_null() => {
-                (!args.src_peers.is_null(), true)
-            }
-            CollectiveKind::ReduceScatter | CollectiveKind::ReduceScatterV => {
-                (true, !args.dst_peers.is_null())
-            }
+        // The tables the call must have, and the ones it may have (then used, so checked).
+        let (has_src, has_dst) = (!args.src_peers.is_null(), !args.dst_peers.is_null());
+        let (reads, writes) = match access {
+            PeerAccess::ReadWrite => (true, true),
+            PeerAccess::WriteElseRead if has_dst => (has_src, true),
+            PeerAccess::ReadMaybeWrite => (true, has_dst),
             _ => (true, false),
         };
         let src = if reads {
@@ -393,7 +412,7 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
         call.post_to(Ranks::Others, SignalKind::Gather, flag);
     }
     if call.block == 0 {
-        call.wait_block(Ranks::Others, SignalKind::Gather, flag)?;
+        call.wait_block::<A>(Ranks::Others, SignalKind::Gather, flag)?;
     }
     Ok(())
 }

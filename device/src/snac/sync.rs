@@ -7,10 +7,11 @@
 //! one `ld.acquire.sys` before `bar.sync` lets the block read the data.
 
 use super::digest::{self, Digest};
-use super::fault::{CollectiveKind, FaultKind, Refusal, SignalKind};
+use super::fault::{CallKind, Cause, FaultKind, Refusal, SignalKind};
 use super::trace::{self, Point};
 use super::{Plan, SCRATCH_COUNTS, SCRATCH_DIGEST, epoch, packet};
 use crate::arch;
+use crate::atom::Atom;
 use crate::context::{ARRIVAL_PACKETS, Context, LocalState, SignalLayout};
 use core::cell::Cell;
 
@@ -66,7 +67,8 @@ pub(crate) enum Counter {
 /// function that holds a `Call`.
 pub(crate) struct Call<'a> {
     pub(crate) ctx: &'a Context,
-    pub(crate) collective: CollectiveKind,
+    /// What the call runs (written into fault records, never read).
+    pub(crate) kind: CallKind,
     pub(crate) block: u32,
     /// The call's epoch (the same on every block of every rank).
     pub(crate) epoch: u64,
@@ -111,7 +113,7 @@ impl<'a> Call<'a> {
     #[inline(always)]
     pub(crate) unsafe fn begin(
         ctx: &'a Context,
-        collective: CollectiveKind,
+        kind: CallKind,
         block: u32,
         scratch: *mut u8,
         digest: &Digest,
@@ -120,7 +122,7 @@ impl<'a> Call<'a> {
         let mut call = Self {
             scratch: scratch as *mut u32,
             trace: plan.trace != 0,
-            ..Self::detached(ctx, collective, block)
+            ..Self::detached(ctx, kind, block)
         };
         call.mark(Point::Checked);
         let epoch_ptr = call.epoch_slot(block);
@@ -201,10 +203,10 @@ impl<'a> Call<'a> {
     }
 
     /// A call that cannot run (invalid arguments): no epoch is read, only faults recorded.
-    pub(crate) fn detached(ctx: &'a Context, collective: CollectiveKind, block: u32) -> Self {
+    pub(crate) fn detached(ctx: &'a Context, kind: CallKind, block: u32) -> Self {
         Self {
             ctx,
-            collective,
+            kind,
             block,
             epoch: 0,
             tid: arch::thread_index(),
@@ -541,7 +543,7 @@ impl<'a> Call<'a> {
     /// absent rank whichever gave up first.
     #[inline(never)]
     fn also_missing(&self, cause: u64) -> Option<u32> {
-        let fault = super::fault::Fault::from_cause(0, cause, 0)?;
+        let fault = Cause::decode(cause)?;
         let q = fault.peer;
         let missing = fault.kind == FaultKind::Timeout && fault.peer_missing;
         (missing && q < self.world() && q != self.me() && !self.arrived(q)).then_some(q)
@@ -617,10 +619,11 @@ impl<'a> Call<'a> {
         })
     }
 
-    /// Thread 0 waits for `flag` of `kind` from every rank in `from` (in rank order), then the
-    /// block learns the outcome. Every thread calls.
+    /// Thread 0 waits for `flag` of `kind` from every rank in `from` (in rank order) and orders
+    /// the Atom's copies after it ([`Atom::after_wait`]), then the block learns the outcome.
+    /// Every thread calls.
     #[inline(always)]
-    pub(crate) fn wait_block(
+    pub(crate) fn wait_block<A: Atom>(
         &mut self,
         from: Ranks,
         kind: SignalKind,
@@ -634,11 +637,7 @@ impl<'a> Call<'a> {
                     break;
                 }
             }
-            // Thread 0 is the one that issues bulk copies (async proxy) on Hopper and later:
-            // order its acquire before them, and the peers' reads it waited for before its
-            // bulk writes into a reused slot.
-            #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
-            arch::fence_proxy_async();
+            A::after_wait();
         }
         if self.broadcast(ok) == 1 {
             Ok(())
@@ -765,7 +764,7 @@ impl<'a> Call<'a> {
         unsafe {
             let w = |i: usize, v: u32| word.add(i).write_volatile(v);
             w(1, kind as u32);
-            w(2, self.collective as u32);
+            w(2, self.kind.0 as u32);
             w(3, self.me());
             w(4, peer);
             w(5, self.block);
@@ -785,14 +784,15 @@ impl<'a> Call<'a> {
         {
             return;
         }
-        let cause = super::fault::Fault::encode_cause(
+        let cause = Cause {
             kind,
-            self.collective,
+            call: self.kind,
             peer,
             signal,
-            missing == 1,
+            peer_missing: missing == 1,
             detail,
-        );
+        }
+        .encode();
         let time = arch::global_timer_ns();
         for q in 0..self.world() {
             if q != self.me() {

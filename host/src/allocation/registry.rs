@@ -2,7 +2,9 @@
 //! peers' copies is, so that a collective whose buffers are symmetric runs one pass over them.
 
 use crate::memory::Span;
-use purlin_device::snac::{CollectiveKind, SnacArgs};
+use purlin_device::collective::CollectiveKind;
+use purlin_device::snac::SnacArgs;
+use purlin_device::snac::symmetric::PeerAccess;
 use std::sync::Mutex;
 
 /// One live symmetric buffer of a context.
@@ -69,62 +71,46 @@ impl Registry {
     }
 
     /// Marks a call's arguments symmetric when what it touches on the peers lies in symmetric
-    /// buffers: AllReduce `src` and `dst`; AllGather(V) `dst` (it pushes), else `src` (it pulls;
-    /// not in place: an AllGather's `src` is not this rank's part of `dst` at byte `part`, an
-    /// AllGatherV's does not overlap `dst`, whose parts only the device knows);
-    /// ReduceScatter(V) and AllToAll `src`. AllGatherV and ReduceScatterV whose `src` and `dst`
-    /// are both symmetric and apart get both tables: the ranks then share uneven parts out
-    /// evenly. Other calls stay ordinary, AllToAllV too (a rank
-    /// cannot compute where its part lies in a peer's buffers). The ranges may start anywhere
-    /// in their buffers, at the same offset on every rank (the device compares the offsets).
-    pub(crate) fn mark(
-        &self,
-        kind: CollectiveKind,
-        src: Span,
-        dst: Span,
-        part: u64,
-        args: &mut SnacArgs,
-    ) {
+    /// buffers, as its collective's [`PeerAccess`] says: `src` and `dst` (AllReduce); `dst`,
+    /// which it pushes into, else `src`, which it pulls from, unless in place (AllGather(V):
+    /// `src` then overlaps `dst`); `src` (ReduceScatter(V), AllToAll). A V collective whose
+    /// access may write the outputs, with `src` and `dst` both symmetric and apart, gets both
+    /// tables: the ranks then share uneven parts out evenly. Other calls stay ordinary,
+    /// AllToAllV's too ([`PeerAccess::None`]: a rank cannot compute where its part lies in a
+    /// peer's buffers). The ranges may start anywhere in their buffers, at the same offset on
+    /// every rank (the device compares the offsets). The arguments are checked first: the only
+    /// overlap left is the collective's in-place form.
+    pub(crate) fn mark(&self, kind: CollectiveKind, src: Span, dst: Span, args: &mut SnacArgs) {
         let table = |e: Entry| e.table as *const u64;
-        match kind {
-            CollectiveKind::AllReduce => {
-                if let (Some(s), Some(d)) = (self.find(src), self.find(dst)) {
-                    args.src_peers = table(s);
-                    args.dst_peers = table(d);
-                    args.buffers = s.id as u64 | (d.id as u64) << 32;
-                }
-            }
-            // AllGatherV / ReduceScatterV with symmetric inputs and outputs (not in place): the
-            // ranks share the parts out evenly, each moving its slice from or to the owners.
-            CollectiveKind::AllGatherV | CollectiveKind::ReduceScatterV
-                if let (Some(s), Some(d), false) =
-                    (self.find(src), self.find(dst), overlap(src, dst)) =>
-            {
-                args.src_peers = table(s);
-                args.dst_peers = table(d);
-                args.buffers = s.id as u64 | (d.id as u64) << 32;
-            }
+        let access = kind.semantics().peers;
+        let (s, d, apart) = (self.find(src), self.find(dst), !overlap(src, dst));
+        let shares = matches!(
+            access,
+            PeerAccess::WriteElseRead | PeerAccess::ReadMaybeWrite
+        );
+        let (src_table, dst_table) = match (access, s, d) {
+            (PeerAccess::ReadWrite, Some(s), Some(d)) => (Some(s), Some(d)),
+            // Uneven parts, both buffers symmetric: the ranks share the parts out evenly, each
+            // moving its slice from or to the owners.
+            (_, Some(s), Some(d)) if shares && kind.is_v() && apart => (Some(s), Some(d)),
             // Symmetric outputs: every rank pushes its part into every output (in place too).
-            CollectiveKind::AllGather | CollectiveKind::AllGatherV
-                if let Some(d) = self.find(dst) =>
-            {
-                args.dst_peers = table(d);
-                args.buffers = (d.id as u64) << 32;
-            }
+            (PeerAccess::WriteElseRead, _, Some(d)) => (None, Some(d)),
             // In place on ordinary outputs: nothing to pull from.
-            CollectiveKind::AllGather if dst.addr.checked_add(part) == Some(src.addr) => {}
-            CollectiveKind::AllGatherV if overlap(src, dst) => {}
-            CollectiveKind::AllGather
-            | CollectiveKind::AllGatherV
-            | CollectiveKind::ReduceScatter
-            | CollectiveKind::ReduceScatterV
-            | CollectiveKind::AllToAll => {
-                if let Some(s) = self.find(src) {
-                    args.src_peers = table(s);
-                    args.buffers = s.id as u64;
-                }
-            }
-            _ => {}
+            (PeerAccess::WriteElseRead, _, None) if !apart => (None, None),
+            (
+                PeerAccess::WriteElseRead | PeerAccess::ReadMaybeWrite | PeerAccess::Read,
+                Some(s),
+                _,
+            ) => (Some(s), None),
+            _ => (None, None),
+        };
+        if let Some(s) = src_table {
+            args.src_peers = table(s);
+            args.buffers |= s.id as u64;
+        }
+        if let Some(d) = dst_table {
+            args.dst_peers = table(d);
+            args.buffers |= (d.id as u64) << 32;
         }
     }
 }
@@ -151,7 +137,7 @@ mod tests {
         let (src, dst) = (Span::new(0x1000, 256), Span::new(0x2000, 128));
         let plain = Span::new(0x5000, 64);
         let mut x = args();
-        r.mark(CollectiveKind::AllReduce, src, dst, 0, &mut x);
+        r.mark(CollectiveKind::AllReduce, src, dst, &mut x);
         assert_eq!(x.src_peers as u64, 0x9000);
         assert_eq!(x.dst_peers as u64, 0x9100);
         assert_eq!(x.buffers, 1 | (2 << 32));
@@ -162,7 +148,6 @@ mod tests {
             CollectiveKind::AllGather,
             Span::new(0x1010, 16),
             plain,
-            0,
             &mut g,
         );
         assert_eq!((g.src_peers as u64, g.buffers), (0x9000, 1));
@@ -170,7 +155,7 @@ mod tests {
         // AllGather onto a symmetric dst pushes, in place (src is part 1 of dst) or not.
         for s in [src, Span::new(0x2040, 64)] {
             let mut p = args();
-            r.mark(CollectiveKind::AllGather, s, dst, 64, &mut p);
+            r.mark(CollectiveKind::AllGather, s, dst, &mut p);
             assert_eq!((p.dst_peers as u64, p.buffers), (0x9100, 2 << 32));
             assert!(p.src_peers.is_null());
         }
@@ -191,20 +176,20 @@ mod tests {
             (CollectiveKind::AllToAllV, src, dst),
         ] {
             let mut o = args();
-            r.mark(kind, s, d, 16, &mut o);
+            r.mark(kind, s, d, &mut o);
             assert_eq!(o.buffers, 0, "{kind:?} {s:?} {d:?}");
             assert!(o.src_peers.is_null() && o.dst_peers.is_null());
         }
         let mut v = args();
-        r.mark(CollectiveKind::AllGatherV, src, dst, 0, &mut v);
+        r.mark(CollectiveKind::AllGatherV, src, dst, &mut v);
         assert_eq!((v.src_peers as u64, v.dst_peers as u64), (0x9000, 0x9100));
         assert_eq!(v.buffers, 1 | (2 << 32));
         let mut push = args();
-        r.mark(CollectiveKind::AllGatherV, plain, dst, 0, &mut push);
+        r.mark(CollectiveKind::AllGatherV, plain, dst, &mut push);
         assert_eq!((push.dst_peers as u64, push.buffers), (0x9100, 2 << 32));
         assert!(push.src_peers.is_null());
         let mut both = args();
-        r.mark(CollectiveKind::ReduceScatterV, src, dst, 0, &mut both);
+        r.mark(CollectiveKind::ReduceScatterV, src, dst, &mut both);
         assert_eq!(
             (both.src_peers as u64, both.dst_peers as u64),
             (0x9000, 0x9100)
@@ -214,20 +199,19 @@ mod tests {
             CollectiveKind::ReduceScatterV,
             src,
             Span::new(0x1040, 64),
-            0,
             &mut inside,
         );
         assert_eq!((inside.src_peers as u64, inside.buffers), (0x9000, 1));
         assert!(inside.dst_peers.is_null());
         let mut pull = args();
-        r.mark(CollectiveKind::AllGatherV, src, plain, 0, &mut pull);
+        r.mark(CollectiveKind::AllGatherV, src, plain, &mut pull);
         assert_eq!((pull.src_peers as u64, pull.buffers), (0x9000, 1));
         let mut rsv = args();
-        r.mark(CollectiveKind::ReduceScatterV, src, plain, 0, &mut rsv);
+        r.mark(CollectiveKind::ReduceScatterV, src, plain, &mut rsv);
         assert_eq!((rsv.src_peers as u64, rsv.buffers), (0x9000, 1));
         r.remove(a);
         let mut gone = args();
-        r.mark(CollectiveKind::ReduceScatter, src, dst, 0, &mut gone);
+        r.mark(CollectiveKind::ReduceScatter, src, dst, &mut gone);
         assert_eq!(gone.buffers, 0);
         assert_eq!(r.add(0x3000, 16, 0x9200), 3);
     }

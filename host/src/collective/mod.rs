@@ -85,23 +85,27 @@ use purlin_device::op::ReduceOpKind;
 use purlin_device::snac::SnacArgs;
 use purlin_tuning::Choice;
 
-pub use purlin_device::snac::{Algorithm, CollectiveKind, Plan, ReductionMode};
+pub use purlin_device::collective::{Algorithm, CollectiveKind};
+pub use purlin_device::snac::{Plan, ReductionMode};
 
+mod all_gather;
+mod all_reduce;
+mod all_to_all;
 mod plan;
 mod raw;
+mod reduce_scatter;
 mod tuning;
 mod typed;
 
-pub use raw::{
-    Counts, all_gather_raw, all_gather_v_raw, all_reduce_raw, all_to_all_raw, all_to_all_v_raw,
-    reduce_scatter_raw, reduce_scatter_v_raw,
+pub use all_gather::{all_gather, all_gather_raw, all_gather_v, all_gather_v_raw};
+pub use all_reduce::{all_reduce, all_reduce_raw, all_reduce_with};
+pub use all_to_all::{all_to_all, all_to_all_raw, all_to_all_v, all_to_all_v_raw};
+pub use raw::{Counts, RawCall, Size, launch_raw};
+pub use reduce_scatter::{
+    reduce_scatter, reduce_scatter_raw, reduce_scatter_v, reduce_scatter_v_raw,
 };
 use tuning::check_choice;
 pub use tuning::table;
-pub use typed::{
-    all_gather, all_gather_v, all_reduce, all_reduce_with, all_to_all, all_to_all_v,
-    reduce_scatter, reduce_scatter_v,
-};
 
 // SAFETY: `SnacArgs` is `#[repr(C)]` plain data (addresses, sizes, the plan), laid out
 // identically on the 64-bit host and on nvptx64.

@@ -3,22 +3,26 @@
 //! call has run.
 
 use super::*;
+use purlin_device::collective::Extent;
 
 /// How many parts of `count` elements a collective of fixed parts reads and writes per rank:
 /// (in `src`, in `dst`).
 fn parts(kind: CollectiveKind, world: u32) -> (u32, u32) {
-    match kind {
-        CollectiveKind::AllGather => (1, world),
-        CollectiveKind::ReduceScatter => (world, 1),
-        CollectiveKind::AllToAll => (world, world),
-        _ => (1, 1),
-    }
+    let s = kind.semantics();
+    let n = |e: Extent| match e {
+        Extent::Own => 1,
+        Extent::All => world,
+    };
+    (n(s.src), n(s.dst))
 }
 
-/// What sizes a call: the fixed forms' element count per part, or the V forms' counts in
+/// What sizes a call: the fixed-size forms' element count per part, or the V forms' counts in
 /// device memory.
-enum Size {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// Elements per part (fixed-size collectives).
     Count(u64),
+    /// Counts in device memory (V collectives).
     Counts(Counts),
 }
 
@@ -34,24 +38,73 @@ impl From<Counts> for Size {
     }
 }
 
-/// Checks a call ([`fixed_call`] or [`v_call`]) and launches it.
+/// Any collective on raw device ranges, chosen at run time: what each `*_raw` function is for
+/// its own collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawCall {
+    /// Which collective.
+    pub kind: CollectiveKind,
+    /// Element type.
+    pub dtype: DataType,
+    /// The operator: given for a reduction, and only for one.
+    pub op: Option<ReduceOpKind>,
+    /// This rank's output.
+    pub dst: Span,
+    /// This rank's input.
+    pub src: Span,
+    /// A count for a fixed-size collective, counts for a V form.
+    pub size: Size,
+}
+
+/// Checks `call` as its collective's `*_raw` function does (and that its operator and size
+/// are the collective's kind) and launches it.
 ///
 /// # Safety
 /// As [`all_reduce_raw`] (and [`all_gather_v_raw`] for counts).
-#[allow(clippy::too_many_arguments)]
-unsafe fn checked_launch(
-    ctx: &Context,
-    kind: CollectiveKind,
-    dtype: DataType,
-    op: Option<ReduceOpKind>,
-    dst: Span,
-    src: Span,
-    size: Size,
-    options: &Options,
-) -> Result<()> {
+///
+/// ```no_run
+/// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
+/// use purlin::collective::{launch_raw, CollectiveKind, Options, RawCall, Size};
+/// let call = RawCall {
+///     kind: CollectiveKind::AllGather, dtype: purlin::DataType::Bf16, op: None,
+///     dst, src, size: Size::Count(4096),
+/// };
+/// // SAFETY: both spans are live device buffers of the context's GPU.
+/// unsafe { launch_raw(ctx, &call, &Options::default())? };
+/// # Ok(()) }
+/// ```
+pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Result<()> {
+    let RawCall {
+        kind,
+        dtype,
+        op,
+        dst,
+        src,
+        size,
+    } = *call;
+    if kind.reduces() != op.is_some() {
+        return Err(Error::InvalidArgument {
+            what: "op",
+            reason: format!(
+                "{} {} an operator",
+                kind.name(),
+                if kind.reduces() { "needs" } else { "takes no" }
+            ),
+        });
+    }
     let (call, band_bytes) = match size {
-        Size::Count(count) => fixed_call(ctx, kind, dtype, dst, src, count, op)?,
-        Size::Counts(counts) => v_call(ctx, kind, dtype, dst, src, counts, op)?,
+        Size::Count(count) if !kind.is_v() => fixed_call(ctx, kind, dtype, dst, src, count, op)?,
+        Size::Counts(counts) if kind.is_v() => v_call(ctx, kind, dtype, dst, src, counts, op)?,
+        _ => {
+            return Err(Error::InvalidArgument {
+                what: "size",
+                reason: format!(
+                    "{} is sized by {}",
+                    kind.name(),
+                    if kind.is_v() { "counts" } else { "a count" }
+                ),
+            });
+        }
     };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
@@ -75,16 +128,10 @@ fn fixed_call(
     validate::check_buffer("src", src, src_bytes, 16)?;
     validate::check_buffer("dst", dst, dst_bytes, 16)?;
     let part_r = bytes.saturating_mul(ctx.rank() as u64);
-    let rule = match kind {
-        CollectiveKind::AllReduce => validate::Aliasing::SameOrDisjoint,
-        CollectiveKind::AllGather => validate::Aliasing::InputIsPartOfOutput { offset: part_r },
-        CollectiveKind::ReduceScatter => validate::Aliasing::OutputIsPartOfInput { offset: part_r },
-        _ => validate::Aliasing::Disjoint,
-    };
+    let rule = validate::Aliasing::of(kind.semantics().in_place, Some(part_r));
     validate::check_aliasing(src, src_bytes, dst, dst_bytes, rule)?;
     let mut args = args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX);
-    ctx.symmetric_buffers()
-        .mark(kind, src, dst, part_r, &mut args);
+    ctx.symmetric_buffers().mark(kind, src, dst, &mut args);
     let call = Call {
         kind,
         dtype,
@@ -99,7 +146,7 @@ fn args(dst: Span, src: Span, bytes: u64) -> SnacArgs {
 }
 
 /// Declares a collective's raw entry point, which checks its arguments and launches
-/// ([`checked_launch`]); `$size` is the fixed forms' `count` or the V forms' `counts`.
+/// ([`launch_raw`]); `$size` is the fixed forms' `count` or the V forms' `counts`.
 /// `(op)` after the name makes it a reduction, taking the operator after the type; `()` a copy.
 macro_rules! raw_collective {
     ($(
@@ -116,50 +163,20 @@ macro_rules! raw_collective {
             $size: $size_ty,
             options: &Options,
         ) -> Result<()> {
-            let op: Option<ReduceOpKind> = None $(.or(Some($op)))?;
-            let kind = CollectiveKind::$kind;
+            let call = $crate::collective::RawCall {
+                kind: CollectiveKind::$kind,
+                dtype,
+                op: None $(.or(Some($op)))?,
+                dst,
+                src,
+                size: $size.into(),
+            };
             // SAFETY: forwarded contract.
-            unsafe { checked_launch(ctx, kind, dtype, op, dst, src, $size.into(), options) }
+            unsafe { $crate::collective::launch_raw(ctx, &call, options) }
         }
     )*};
 }
-
-raw_collective! {
-    /// `dst = src₀ ⊕ … ⊕ src_{world-1}` over `count` elements of `dtype` on every rank (raw
-    /// device addresses; `src == dst` is allowed).
-    ///
-    /// # Safety
-    /// `src` and `dst` are device memory of the context's GPU, valid for their spans until the
-    /// collective has run on the context's stream.
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
-    /// use purlin::collective::{all_reduce_raw, Options};
-    /// // SAFETY: both spans are live device buffers of the context's GPU.
-    /// unsafe { all_reduce_raw(ctx, purlin::DataType::Bf16, purlin::ReduceOpKind::Sum, dst, src, 4096, &Options::default())? };
-    /// # Ok(()) }
-    /// ```
-    fn all_reduce_raw(op) = AllReduce, sized by count: u64;
-
-    /// Rank `r`'s `count` elements (`src`) land at `dst[r × count ..]` on every rank.
-    ///
-    /// # Safety
-    /// As [`all_reduce_raw`]; `dst` holds `world × count` elements.
-    fn all_gather_raw() = AllGather, sized by count: u64;
-
-    /// Rank `r` receives the reduction over ranks of part `r` (`count` elements) of every `src`
-    /// (`world × count` elements).
-    ///
-    /// # Safety
-    /// As [`all_reduce_raw`]; `src` holds `world × count` elements, `dst` `count`.
-    fn reduce_scatter_raw(op) = ReduceScatter, sized by count: u64;
-
-    /// Part `p` (`count` elements) of rank `r`'s `src` lands in part `r` of rank `p`'s `dst`.
-    ///
-    /// # Safety
-    /// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
-    fn all_to_all_raw() = AllToAll, sized by count: u64;
-}
+pub(super) use raw_collective;
 
 /// The V collectives' counts: element counts in device memory (`u64` each), read by the kernel
 /// when it runs, so a captured graph replays with whatever they hold then. `max_count` bounds
@@ -188,20 +205,12 @@ fn v_call(
     // live, aligned address, whatever the counts.
     validate::check_pointer("src", src.addr, 16)?;
     validate::check_pointer("dst", dst.addr, 16)?;
-    let rule = match kind {
-        CollectiveKind::AllGatherV => validate::Aliasing::Inside {
-            input_in_output: true,
-        },
-        CollectiveKind::ReduceScatterV => validate::Aliasing::Inside {
-            input_in_output: false,
-        },
-        _ => validate::Aliasing::Disjoint,
-    };
+    let rule = validate::Aliasing::of(kind.semantics().in_place, None);
     validate::check_aliasing(src, src.bytes, dst, dst.bytes, rule)?;
     let mut a = args(dst, src, 0).bounded(src.bytes, dst.bytes, counts.max_count);
     a.counts = counts.addr as *const u64;
     a.elem_bytes = dtype.size() as u32;
-    ctx.symmetric_buffers().mark(kind, src, dst, 0, &mut a);
+    ctx.symmetric_buffers().mark(kind, src, dst, &mut a);
     Ok((
         Call {
             kind,
@@ -211,28 +220,4 @@ fn v_call(
         },
         max_bytes,
     ))
-}
-
-raw_collective! {
-    /// AllGatherV: rank `p` contributes `counts[p]` elements; every `dst` holds all
-    /// contributions in rank order.
-    ///
-    /// # Safety
-    /// As [`all_reduce_raw`]; `counts` holds `world` counts (the same on every rank) and the
-    /// buffers hold what they describe, while the call runs.
-    fn all_gather_v_raw() = AllGatherV, sized by counts: Counts;
-
-    /// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of
-    /// every `src`, whose parts lie in rank order.
-    ///
-    /// # Safety
-    /// As [`all_gather_v_raw`].
-    fn reduce_scatter_v_raw(op) = ReduceScatterV, sized by counts: Counts;
-
-    /// AllToAllV: `counts` holds `2 × world` counts: the elements this rank sends to each rank,
-    /// then the elements it receives from each rank.
-    ///
-    /// # Safety
-    /// As [`all_gather_v_raw`], with `2 × world` counts.
-    fn all_to_all_v_raw() = AllToAllV, sized by counts: Counts;
 }

@@ -49,7 +49,7 @@ fn span_mut<T>(what: &'static str, ctx: &Context, buf: &mut impl DevicePtrMut<T>
 }
 
 /// The spans of a typed call's buffers, each checked to belong to the context's stream.
-fn spans<T>(
+pub(super) fn spans<T>(
     ctx: &Context,
     src: &impl DevicePtr<T>,
     dst: &mut impl DevicePtrMut<T>,
@@ -70,54 +70,16 @@ macro_rules! typed_fixed {
             count: usize,
             $($op: ReduceOpKind,)?
         ) -> Result<()> {
-            let (s, d) = spans(ctx, src, dst)?;
+            let (s, d) = $crate::collective::typed::spans(ctx, src, dst)?;
             // SAFETY: both spans are whole live cudarc buffers of the caller, checked against
             // `count`.
             unsafe { $raw(ctx, T::DTYPE, $($op,)? d, s, count as u64, &Options::default()) }
         }
     )*};
 }
+pub(super) use typed_fixed;
 
-typed_fixed! {
-    /// AllReduce of `count` elements: `dst = src₀ ⊕ … ⊕ src_{world-1}` on every rank, on the
-    /// context's stream (see the [module docs](crate::collective) for an example).
-    ///
-    /// Every buffer of the typed forms must belong to the context's stream, so that dropping it is
-    /// ordered after the collective ([`Error::InvalidArgument`] otherwise; the `*_raw` forms take
-    /// any device memory, under their safety contract). `src == dst` is allowed; other overlap is
-    /// refused.
-    fn all_reduce(op) => all_reduce_raw;
-
-    /// AllGather: every rank's `count` elements, in rank order, in every `dst` (`world × count`).
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<half::bf16>, dst: &mut cudarc::driver::CudaSlice<half::bf16>) -> purlin::Result<()> {
-    /// purlin::all_gather(ctx, src, dst, 4096)?;
-    /// # Ok(()) }
-    /// ```
-    fn all_gather() => all_gather_raw;
-
-    /// ReduceScatter: rank `r` gets the reduction of part `r` (`count` elements) of every `src`.
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>) -> purlin::Result<()> {
-    /// purlin::reduce_scatter(ctx, src, dst, 4096, purlin::ReduceOpKind::Max)?;
-    /// # Ok(()) }
-    /// ```
-    fn reduce_scatter(op) => reduce_scatter_raw;
-
-    /// AllToAll: part `p` (`count` elements) of this rank's `src` goes to part `rank` of rank
-    /// `p`'s `dst`.
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>) -> purlin::Result<()> {
-    /// purlin::all_to_all(ctx, src, dst, 4096)?;
-    /// # Ok(()) }
-    /// ```
-    fn all_to_all() => all_to_all_raw;
-}
-
-fn counts_of(
+pub(super) fn counts_of(
     ctx: &Context,
     counts: &impl DevicePtr<u64>,
     needed: usize,
@@ -131,34 +93,15 @@ fn counts_of(
     })
 }
 
-/// [`all_reduce`] with [`Options`].
-///
-/// ```no_run
-/// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>) -> purlin::Result<()> {
-/// use purlin::collective::{all_reduce_with, Options, ReductionMode};
-/// let deterministic = Options { mode: ReductionMode::Deterministic, ..Default::default() };
-/// all_reduce_with(ctx, src, dst, 1024, purlin::ReduceOpKind::Sum, &deterministic)?;
-/// # Ok(()) }
-/// ```
-pub fn all_reduce_with<T: Element>(
-    ctx: &Context,
-    src: &impl DevicePtr<T>,
-    dst: &mut impl DevicePtrMut<T>,
-    count: usize,
-    op: ReduceOpKind,
-    options: &Options,
-) -> Result<()> {
-    let (s, d) = spans(ctx, src, dst)?;
-    // SAFETY: both spans are whole live cudarc buffers of the caller, checked against `count`.
-    unsafe { all_reduce_raw(ctx, T::DTYPE, op, d, s, count as u64, options) }
-}
-
 /// Declares a typed V collective over its raw form (`$raw`), whose counts in device memory
-/// hold `$per_rank × world` entries. `(op)` after the name makes it a reduction, `()` a copy.
+/// hold `counts_per_rank × world` entries (its collective's [`Semantics`]). `(op)` after the
+/// name makes it a reduction, `()` a copy.
+///
+/// [`Semantics`]: purlin_device::collective::Semantics
 macro_rules! typed_v {
     ($(
         $(#[$doc:meta])*
-        fn $name:ident($($op:ident)?) => $raw:ident, $per_rank:literal counts per rank;
+        fn $name:ident($($op:ident)?) => $raw:ident for $kind:ident;
     )*) => {$(
         $(#[$doc])*
         pub fn $name<T: Element>(
@@ -169,43 +112,17 @@ macro_rules! typed_v {
             max_count: usize,
             $($op: ReduceOpKind,)?
         ) -> Result<()> {
-            let counts = counts_of(ctx, counts, $per_rank * ctx.world() as usize, max_count)?;
-            let (s, d) = spans(ctx, src, dst)?;
+            let per_rank = CollectiveKind::$kind.semantics().counts_per_rank as usize;
+            let counts = $crate::collective::typed::counts_of(
+                ctx,
+                counts,
+                per_rank * ctx.world() as usize,
+                max_count,
+            )?;
+            let (s, d) = $crate::collective::typed::spans(ctx, src, dst)?;
             // SAFETY: live cudarc buffers; the caller's counts describe them (see the docs).
             unsafe { $raw(ctx, T::DTYPE, $($op,)? d, s, counts, &Options::default()) }
         }
     )*};
 }
-
-typed_v! {
-    /// AllGatherV: rank `p` contributes `counts[p]` elements (`world` counts in device memory,
-    /// the same on every rank, each at most `max_count`); every `dst` holds them all in rank
-    /// order. Replaying a captured call reads the counts anew.
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>, counts: &cudarc::driver::CudaSlice<u64>) -> purlin::Result<()> {
-    /// purlin::collective::all_gather_v(ctx, src, dst, counts, 4096)?;
-    /// # Ok(()) }
-    /// ```
-    fn all_gather_v() => all_gather_v_raw, 1 counts per rank;
-
-    /// ReduceScatterV: rank `r` receives the reduction of part `r` (`counts[r]` elements) of
-    /// every `src`, whose parts lie in rank order.
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>, counts: &cudarc::driver::CudaSlice<u64>) -> purlin::Result<()> {
-    /// purlin::collective::reduce_scatter_v(ctx, src, dst, counts, 4096, purlin::ReduceOpKind::Sum)?;
-    /// # Ok(()) }
-    /// ```
-    fn reduce_scatter_v(op) => reduce_scatter_v_raw, 1 counts per rank;
-
-    /// AllToAllV: `counts` holds `2 × world` counts (sent to each rank, then received from
-    /// each).
-    ///
-    /// ```no_run
-    /// # fn demo(ctx: &purlin::Context, src: &cudarc::driver::CudaSlice<f32>, dst: &mut cudarc::driver::CudaSlice<f32>, counts: &cudarc::driver::CudaSlice<u64>) -> purlin::Result<()> {
-    /// purlin::collective::all_to_all_v(ctx, src, dst, counts, 4096)?;
-    /// # Ok(()) }
-    /// ```
-    fn all_to_all_v() => all_to_all_v_raw, 2 counts per rank;
-}
+pub(super) use typed_v;

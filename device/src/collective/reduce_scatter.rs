@@ -1,0 +1,142 @@
+//! ReduceScatter and ReduceScatterV: scattered → packed, reduced.
+
+use super::CollectiveKind;
+use super::entry::{Checked, Identity, check};
+use super::kind::{Extent, InPlace, Semantics};
+use super::streams::{Buffers, Scatter};
+use crate::atom::Atom;
+use crate::context::Context;
+use crate::element::Element;
+use crate::layout::{Layout, Scattered, ScatteredV};
+use crate::op::{ReduceOp, ReduceOpKind};
+use crate::snac::digest::Digest;
+use crate::snac::symmetric::PeerAccess;
+use crate::snac::transfer::{Operator, Reducer, Static, Typed};
+use crate::snac::{Config, SnacArgs};
+
+/// ReduceScatter: `src` holds every rank's part, `dst` this rank's, which may be its part of
+/// `src`; over symmetric inputs each rank reduces its part of every rank's.
+pub(crate) const REDUCE_SCATTER: Semantics = Semantics {
+    counts_per_rank: 0,
+    src: Extent::All,
+    dst: Extent::Own,
+    in_place: InPlace::OutputIsOwnPart,
+    peers: PeerAccess::ReadMaybeWrite,
+};
+
+/// ReduceScatterV: as [`REDUCE_SCATTER`], one count per rank.
+pub(crate) const REDUCE_SCATTER_V: Semantics = Semantics {
+    counts_per_rank: 1,
+    ..REDUCE_SCATTER
+};
+
+reduction_entry_points! {
+    /// ReduceScatter: rank `r`'s `dst` (`args.bytes` bytes) is the reduction over all ranks of
+    /// part `r` of their `src` (`world × args.bytes` bytes). `dst` may be part `r` of `src`.
+    ///
+    /// # Safety
+    /// As [`all_reduce`](super::all_reduce), with `src` valid for `world × args.bytes` bytes.
+    pub unsafe fn reduce_scatter;
+
+    /// [`reduce_scatter`] with the operator chosen at run time (see
+    /// [`all_reduce_op`](super::all_reduce_op)).
+    ///
+    /// # Safety
+    /// As [`reduce_scatter`].
+    pub unsafe fn reduce_scatter_op;
+
+    => reduce_scatter_with, false
+}
+
+reduction_entry_points! {
+    /// ReduceScatterV: as [`reduce_scatter`] with parts of `counts[q]` elements (`world` counts in
+    /// memory at `args.counts`, the same on every rank); `src` holds them all in rank order.
+    ///
+    /// # Safety
+    /// As [`reduce_scatter`]; `args.counts` valid for `world` values while the call runs.
+    pub unsafe fn reduce_scatter_v;
+
+    /// [`reduce_scatter_v`] with the operator chosen at run time (see
+    /// [`all_reduce_op`](super::all_reduce_op)).
+    ///
+    /// # Safety
+    /// As [`reduce_scatter_v`].
+    pub unsafe fn reduce_scatter_v_op;
+
+    => reduce_scatter_with, true
+}
+
+/// # Safety
+/// As [`reduce_scatter`] or [`reduce_scatter_v`].
+#[inline(never)]
+unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const V: bool>(
+    args: &SnacArgs,
+    ctx: &Context,
+    op: P,
+) {
+    let kind = if V {
+        CollectiveKind::ReduceScatterV
+    } else {
+        CollectiveKind::ReduceScatter
+    };
+    let size = core::mem::size_of::<T>() as u64;
+    // The V counts are elements of T, whatever the caller put in `elem_bytes` (the host puts
+    // the type's size): the lean decision's stream bound must be in bytes of T.
+    let args = &SnacArgs {
+        elem_bytes: size as u32,
+        ..*args
+    };
+    let Some(c) = check::<C>(args, ctx, kind, size, A::THREADS) else {
+        return;
+    };
+    let reducer = Typed::<T, P>::new(op);
+    let id = Identity::reduction::<T, P>(kind, op);
+    if V {
+        // SAFETY: forwarded contract (`world` counts).
+        let Some(v) = (unsafe { c.validated_counts::<A>(size) }) else {
+            return;
+        };
+        let layout = ScatteredV {
+            counts: v.counts,
+            starts: v.starts,
+            elem_bytes: size as u32,
+        };
+        let digest = id.digest(&c, args.max_count, v.word);
+        // SAFETY: forwarded contract.
+        unsafe { scatter::<A, C, _, _>(&c, layout, reducer, &digest) }
+    } else {
+        let layout = Scattered { bytes: args.bytes };
+        let digest = id.digest(&c, args.bytes, 0);
+        // SAFETY: forwarded contract.
+        unsafe { scatter::<A, C, _, _>(&c, layout, reducer, &digest) }
+    }
+}
+
+/// # Safety
+/// As [`reduce_scatter`].
+#[inline(always)]
+unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer>(
+    c: &Checked,
+    layout: L,
+    reducer: R,
+    digest: &Digest,
+) {
+    let (args, ctx) = (c.args, c.ctx);
+    if ctx.world == 1 {
+        let (offset, len) = layout.part(0, 0);
+        // SAFETY: forwarded contract.
+        return unsafe {
+            c.local_reduce::<A, C, R>(reducer, args.dst, args.src.add(offset as usize), len)
+        };
+    }
+    if layout.max_part(ctx.world) == Some(0) {
+        // SAFETY: forwarded contract.
+        return unsafe { c.empty::<A>(digest) };
+    }
+    let streams = Scatter {
+        b: Buffers::of(args, ctx),
+        src: layout,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { c.staged::<A, C, _, R>(&streams, reducer, digest) }
+}
