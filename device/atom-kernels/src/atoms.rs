@@ -121,26 +121,39 @@ unsafe fn grid_reduce<A: Atom, T: Element>(
     )
 }
 
+/// One Atom's kernels: `purlin_atom_copy_<atom>` and `purlin_atom_reduce_<atom>_<type>` (the
+/// type's nccl-tests name), one per element type so each gets the registers its own datapath
+/// needs.
 macro_rules! atom_kernels {
-    ($atom:ty, $copy:ident, [$($ty:ty => $reduce:ident),* $(,)?]) => {
+    ($atom:ty, $module:ident) => {
+        atom_kernels!(@copy $atom, concat!("purlin_atom_copy_", stringify!($module)));
+        atom_kernels!(@reduce $atom, $module, [
+            f32 => float, half::f16 => half, half::bf16 => bfloat16, E4m3 => f8e4m3,
+            E5m2 => f8e5m2,
+        ]);
+    };
+    (@copy $atom:ty, $name:expr) => {
         /// Grid-wide copy of `bytes` bytes with this Atom.
         ///
         /// # Safety
         /// Launched with `THREADS` threads and `SMEM_BYTES` of dynamic shared memory; buffers
         /// valid and 16-byte aligned.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $copy(dst: *mut u8, src: *const u8, bytes: u64, layout: u32) {
+        #[unsafe(export_name = $name)]
+        pub unsafe extern "ptx-kernel" fn copy(dst: *mut u8, src: *const u8, bytes: u64, layout: u32) {
             // SAFETY: forwarded launch contract.
             unsafe { grid_copy::<$atom>(dst, src, bytes, layout) }
         }
-
+    };
+    (@reduce $atom:ty, $module:ident, [$($ty:ty => $dtype:ident),* $(,)?]) => {
         $(
             /// Grid-wide reduce of `count` elements with operator `op` over `srcs`.
             ///
             /// # Safety
             /// As the copy kernel; every source valid for `count` elements.
-            #[unsafe(no_mangle)]
-            pub unsafe extern "ptx-kernel" fn $reduce(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32, layout: u32) {
+            #[unsafe(export_name = concat!(
+                "purlin_atom_reduce_", stringify!($module), "_", stringify!($dtype)
+            ))]
+            pub unsafe extern "ptx-kernel" fn $dtype(dst: *mut u8, srcs: ReduceSources, count: u64, op: u32, layout: u32) {
                 // SAFETY: forwarded launch contract.
                 unsafe { grid_reduce::<$atom, $ty>(dst, srcs, count, op, layout) }
             }
@@ -148,29 +161,22 @@ macro_rules! atom_kernels {
     };
 }
 
-atom_kernels!(purlin_device::atom::Sm70, purlin_atom_copy_sm70, [
-    f32 => purlin_atom_reduce_sm70_float, half::f16 => purlin_atom_reduce_sm70_half,
-    half::bf16 => purlin_atom_reduce_sm70_bfloat16, E4m3 => purlin_atom_reduce_sm70_f8e4m3,
-    E5m2 => purlin_atom_reduce_sm70_f8e5m2,
-]);
-#[cfg(target_feature = "sm_80")]
-atom_kernels!(purlin_device::atom::Sm80, purlin_atom_copy_sm80, [
-    f32 => purlin_atom_reduce_sm80_float, half::f16 => purlin_atom_reduce_sm80_half,
-    half::bf16 => purlin_atom_reduce_sm80_bfloat16, E4m3 => purlin_atom_reduce_sm80_f8e4m3,
-    E5m2 => purlin_atom_reduce_sm80_f8e5m2,
-]);
-#[cfg(target_feature = "sm_90")]
-atom_kernels!(purlin_device::atom::Sm90, purlin_atom_copy_sm90, [
-    f32 => purlin_atom_reduce_sm90_float, half::f16 => purlin_atom_reduce_sm90_half,
-    half::bf16 => purlin_atom_reduce_sm90_bfloat16, E4m3 => purlin_atom_reduce_sm90_f8e4m3,
-    E5m2 => purlin_atom_reduce_sm90_f8e5m2,
-]);
-#[cfg(target_feature = "sm_100")]
-atom_kernels!(purlin_device::atom::Sm100, purlin_atom_copy_sm100, [
-    f32 => purlin_atom_reduce_sm100_float, half::f16 => purlin_atom_reduce_sm100_half,
-    half::bf16 => purlin_atom_reduce_sm100_bfloat16, E4m3 => purlin_atom_reduce_sm100_f8e4m3,
-    E5m2 => purlin_atom_reduce_sm100_f8e5m2,
-]);
+/// Every architecture's Atom kernels, from the architectures' list, in the builds whose target
+/// has the architecture's features (a module per Atom).
+macro_rules! every_atom {
+    ($($(#[$doc:meta])* $arch:ident in $module:ident = $name:literal, $cc:literal, $ptx:expr;)*) => {
+        $(
+            #[doc = concat!("The `", stringify!($arch), "` Atom's kernels.")]
+            #[cfg(target_feature = $name)]
+            pub mod $module {
+                use super::*;
+                atom_kernels!(purlin_device::atom::$arch, $module);
+            }
+        )*
+    };
+}
+
+purlin_device::for_each_arch!(every_atom);
 
 /// A fused kernel as a user would write one: it does its own work first (scales `src` by
 /// `scale` into `scratch`, each block its own share), then, in the same kernel, calls the

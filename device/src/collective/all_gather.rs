@@ -35,17 +35,16 @@ pub(crate) const ALL_GATHER_V: Semantics = Semantics {
 /// As [`all_reduce`](super::all_reduce), with the sizes above.
 #[inline(always)]
 pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
-    let kind = CollectiveKind::AllGather;
-    let Some(c) = check::<C>(args, ctx, kind, 1, A::THREADS) else {
+    let Some(c) = check::<C, { CollectiveKind::AllGather as u32 }>(args, ctx, 1, A::THREADS) else {
         return;
     };
     let (src, dst) = (
         Packed { bytes: args.bytes },
         Scattered { bytes: args.bytes },
     );
-    let digest = Identity::copy(kind, 1).digest(&c, args.bytes, 0);
+    let digest = Identity::copy(1).digest(&c, args.bytes, 0);
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, C, _, _>(&c, src, dst, &digest) }
+    unsafe { gather_with::<A, C, _, _, _>(&c, src, dst, &digest) }
 }
 
 /// AllGatherV: rank `p` contributes `counts[p]` elements of `args.elem_bytes` bytes (`world`
@@ -57,9 +56,9 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
 /// As [`all_gather`]; `args.counts` valid for `world` values while the call runs.
 #[inline(always)]
 pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
-    let kind = CollectiveKind::AllGatherV;
     let elem = args.elem_bytes as u64;
-    let Some(c) = check::<C>(args, ctx, kind, elem, A::THREADS) else {
+    let Some(c) = check::<C, { CollectiveKind::AllGatherV as u32 }>(args, ctx, elem, A::THREADS)
+    else {
         return;
     };
     // SAFETY: forwarded contract (`world` counts).
@@ -75,15 +74,15 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         starts: v.starts,
         elem_bytes: args.elem_bytes,
     };
-    let digest = Identity::copy(kind, args.elem_bytes).digest(&c, args.max_count, v.word);
+    let digest = Identity::copy(args.elem_bytes).digest(&c, args.max_count, v.word);
     // SAFETY: forwarded contract.
-    unsafe { gather_with::<A, C, _, _>(&c, src, dst, &digest) }
+    unsafe { gather_with::<A, C, _, _, _>(&c, src, dst, &digest) }
 }
 
 /// # Safety
 /// As [`all_gather`].
-unsafe fn gather_with<A: Atom, C: Config, S: Layout, D: Layout>(
-    c: &Checked,
+unsafe fn gather_with<A: Atom, C: Config, S: Layout, D: Layout, const K: u32>(
+    c: &Checked<C, K>,
     src: S,
     dst: D,
     digest: &Digest,
@@ -95,5 +94,5 @@ unsafe fn gather_with<A: Atom, C: Config, S: Layout, D: Layout>(
         dst,
     };
     // SAFETY: forwarded contract.
-    unsafe { c.copy_streams::<A, C, _>(&streams, digest, empty_call) }
+    unsafe { c.copy_streams::<A, _>(&streams, digest, empty_call) }
 }

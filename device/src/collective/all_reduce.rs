@@ -93,25 +93,25 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
     ctx: &Context,
     op: P,
 ) {
-    let kind = CollectiveKind::AllReduce;
     let size = core::mem::size_of::<T>() as u64;
-    let Some(c) = check::<C>(args, ctx, kind, size, A::THREADS) else {
+    let Some(c) = check::<C, { CollectiveKind::AllReduce as u32 }>(args, ctx, size, A::THREADS)
+    else {
         return;
     };
     let bytes = args.bytes;
     let reducer = Typed::<T, P>::new(op);
     if ctx.world == 1 {
         // SAFETY: forwarded contract.
-        return unsafe { c.local_reduce::<A, C, _>(reducer, args.dst, args.src, bytes) };
+        return unsafe { c.local_reduce::<A, _>(reducer, args.dst, args.src, bytes) };
     }
-    let digest = Identity::reduction::<T, P>(kind, op)
-        .with_algorithm(c.plan.algorithm)
+    let digest = Identity::reduction::<T, P>(op)
+        .with_algorithm(c.plan().algorithm)
         .digest(&c, bytes, 0);
     if bytes == 0 {
         // SAFETY: forwarded contract.
         return unsafe { c.empty::<A>(&digest) };
     }
-    let algorithm = all_reduce_algorithm(&c.plan, bytes, ctx.world, ctx.latency_window_bytes);
+    let algorithm = all_reduce_algorithm(&c.plan(), bytes, ctx.world, ctx.latency_window_bytes);
     let b = Buffers::of(args, ctx);
     match algorithm {
         Algorithm::OneShot | Algorithm::TwoShot => {
@@ -130,7 +130,7 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
         _ if ctx.world == 2 => {
             let streams = Direct { b, bytes };
             // SAFETY: forwarded contract.
-            unsafe { c.staged::<A, C, _, _>(&streams, reducer, &digest) }
+            unsafe { c.staged::<A, _, _>(&streams, reducer, &digest) }
         }
         _ => {
             let streams = Composed {
@@ -141,7 +141,7 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
                 },
             };
             // SAFETY: forwarded contract.
-            unsafe { c.staged::<A, C, _, _>(&streams, reducer, &digest) }
+            unsafe { c.staged::<A, _, _>(&streams, reducer, &digest) }
         }
     }
 }

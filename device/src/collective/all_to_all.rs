@@ -36,18 +36,17 @@ pub(crate) const ALL_TO_ALL_V: Semantics = Semantics {
 /// As [`all_reduce`](super::all_reduce), with the sizes above.
 #[inline(always)]
 pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
-    let kind = CollectiveKind::AllToAll;
-    let Some(c) = check::<C>(args, ctx, kind, 1, A::THREADS) else {
+    let Some(c) = check::<C, { CollectiveKind::AllToAll as u32 }>(args, ctx, 1, A::THREADS) else {
         return;
     };
     let (src, dst) = (
         Scattered { bytes: args.bytes },
         Transposed { bytes: args.bytes },
     );
-    let digest = Identity::copy(kind, 1).digest(&c, args.bytes, 0);
+    let digest = Identity::copy(1).digest(&c, args.bytes, 0);
     let empty_call = args.bytes == 0;
     // SAFETY: forwarded contract.
-    unsafe { exchange_with::<A, C, _, _>(&c, src, dst, &digest, empty_call) }
+    unsafe { exchange_with::<A, C, _, _, _>(&c, src, dst, &digest, empty_call) }
 }
 
 /// AllToAllV: `args.counts` holds `2 × world` counts: the elements this rank sends to each
@@ -60,9 +59,9 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
 /// As [`all_to_all`]; `args.counts` valid for `2 × world` values while the call runs.
 #[inline(always)]
 pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
-    let kind = CollectiveKind::AllToAllV;
     let elem = args.elem_bytes as u64;
-    let Some(c) = check::<C>(args, ctx, kind, elem, A::THREADS) else {
+    let Some(c) = check::<C, { CollectiveKind::AllToAllV as u32 }>(args, ctx, elem, A::THREADS)
+    else {
         return;
     };
     // SAFETY: forwarded contract (`2 × world` counts).
@@ -82,17 +81,17 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         starts: received_at,
         elem_bytes: args.elem_bytes,
     };
-    let digest = Identity::copy(kind, args.elem_bytes).digest(&c, args.max_count, v.word);
+    let digest = Identity::copy(args.elem_bytes).digest(&c, args.max_count, v.word);
     // AllToAllV always runs the protocol: a rank with nothing to send or receive still agrees
     // on the size with the others.
     // SAFETY: forwarded contract.
-    unsafe { exchange_with::<A, C, _, _>(&c, src, dst, &digest, false) }
+    unsafe { exchange_with::<A, C, _, _, _>(&c, src, dst, &digest, false) }
 }
 
 /// # Safety
 /// As [`all_to_all`].
-unsafe fn exchange_with<A: Atom, C: Config, S: Layout, D: Layout>(
-    c: &Checked,
+unsafe fn exchange_with<A: Atom, C: Config, S: Layout, D: Layout, const K: u32>(
+    c: &Checked<C, K>,
     src: S,
     dst: D,
     digest: &Digest,
@@ -104,5 +103,5 @@ unsafe fn exchange_with<A: Atom, C: Config, S: Layout, D: Layout>(
         dst,
     };
     // SAFETY: forwarded contract.
-    unsafe { c.copy_streams::<A, C, _>(&streams, digest, empty_call) }
+    unsafe { c.copy_streams::<A, _>(&streams, digest, empty_call) }
 }

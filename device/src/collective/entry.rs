@@ -21,21 +21,28 @@ use crate::snac::transfer::{self, NoReduce, Operator, Reducer};
 use crate::snac::{
     Config, Plan, Refusal, SCRATCH_COUNTS, SNAC_SMEM_BYTES, SnacArgs, scratch_offset, smem_bytes,
 };
+use core::marker::PhantomData;
 
-/// A call whose arguments passed [`check`]: what every step of a collective needs.
-#[derive(Clone, Copy)]
-pub(super) struct Checked<'a> {
+/// A call of collective `K` (a [`CollectiveKind`] code) whose arguments passed [`check`]: what
+/// every step of a collective needs. The collective is a constant, so that every step compiles
+/// for it alone, whether inlined or not.
+///
+/// Two references (what the plan and the epoch slots are, it computes from them), so that the
+/// steps that are not inlined take it in registers.
+pub(super) struct Checked<'a, C, const K: u32> {
     /// The call's arguments (for a V reduction, with `elem_bytes` its type's size).
     pub(super) args: &'a SnacArgs,
     /// The communicator.
     pub(super) ctx: &'a Context,
-    /// What the call runs.
-    pub(super) kind: CollectiveKind,
-    /// The plan to run with ([`Config::plan`] of the arguments').
-    pub(super) plan: Plan,
-    /// Epoch slots the call keeps current (`args.coll_blocks`, within range).
-    pub(super) coll_blocks: u32,
+    config: PhantomData<C>,
 }
+
+impl<C, const K: u32> Clone for Checked<'_, C, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C, const K: u32> Copy for Checked<'_, C, K> {}
 
 /// Checks what every collective needs; records the refusal and returns `None` if the call
 /// cannot run.
@@ -43,13 +50,13 @@ pub(super) struct Checked<'a> {
 /// `elem` is the element size: sizes must be whole elements (V collectives: not zero);
 /// `threads` is the most threads per block the Atom's shared memory is laid out for.
 #[inline(always)]
-pub(super) fn check<'a, C: Config>(
+pub(super) fn check<'a, C: Config, const K: u32>(
     args: &'a SnacArgs,
     ctx: &'a Context,
-    kind: CollectiveKind,
     elem: u64,
     threads: u32,
-) -> Option<Checked<'a>> {
+) -> Option<Checked<'a, C, K>> {
+    let kind = Checked::<C, K>::KIND;
     trace::mark(ctx, args.plan.trace != 0, args.block, trace::Point::Entry);
     let block_threads = crate::arch::block_threads();
     let refusal = if ctx.world == 0
@@ -91,9 +98,7 @@ pub(super) fn check<'a, C: Config>(
     Some(Checked {
         args,
         ctx,
-        kind,
-        plan: C::plan(&args.plan),
-        coll_blocks: args.coll_blocks.clamp(args.blocks, MAX_BLOCKS as u32),
+        config: PhantomData,
     })
 }
 
@@ -153,11 +158,10 @@ fn aliasing_allowed(
     }
 }
 
-/// What the digest says of a collective, besides the plan: its element and operator codes and
-/// its algorithm.
+/// What the digest says of a call besides its collective and plan: its element and operator
+/// codes and its algorithm.
 #[derive(Clone, Copy)]
 pub(super) struct Identity {
-    kind: CollectiveKind,
     element: u8,
     operator: u8,
     /// The plan's algorithm, for the collectives that read it apart from the regime
@@ -167,9 +171,8 @@ pub(super) struct Identity {
 
 impl Identity {
     /// A copy collective (V forms: of `elem`-byte elements).
-    pub(super) const fn copy(kind: CollectiveKind, elem: u32) -> Self {
+    pub(super) const fn copy(elem: u32) -> Self {
         Self {
-            kind,
             element: if elem > 0x7f { 0x7f } else { elem as u8 },
             operator: 0,
             algorithm: 0,
@@ -177,9 +180,8 @@ impl Identity {
     }
 
     /// A reduction of `T` with `op`.
-    pub(super) fn reduction<T: Element, P: Operator>(kind: CollectiveKind, op: P) -> Self {
+    pub(super) fn reduction<T: Element, P: Operator>(op: P) -> Self {
         Self {
-            kind,
             element: 0x80 | T::DTYPE as u8,
             operator: op.kind() as u8 + 1,
             algorithm: 0,
@@ -194,23 +196,30 @@ impl Identity {
     /// The call digest (see `snac::digest`): `size` is the bytes of a fixed-size call or the
     /// `max_count` of a V call; `counts` the counts packet (0 for a fixed-size call, whose
     /// symmetric buffers `staged` names there).
-    pub(super) fn digest(self, c: &Checked, size: u64, counts: u64) -> Digest {
-        let per_pair = if self.kind.semantics().per_pair() {
+    pub(super) fn digest<C: Config, const K: u32>(
+        self,
+        c: &Checked<C, K>,
+        size: u64,
+        counts: u64,
+    ) -> Digest {
+        let kind = Checked::<C, K>::KIND;
+        let plan = c.plan();
+        let per_pair = if kind.semantics().per_pair() {
             digest::PER_PAIR_COUNTS
         } else {
             0
         };
         [
             digest::shape(
-                self.kind.call(),
+                kind.call(),
                 self.element,
                 self.operator,
-                c.plan.mode,
+                plan.mode,
                 self.algorithm,
                 c.args.blocks,
             ) | per_pair,
             size,
-            digest::plan_word(&c.plan, c.ctx),
+            digest::plan_word(&plan, c.ctx),
             counts,
         ]
     }
@@ -271,15 +280,35 @@ impl Counts {
     }
 }
 
-impl<'a> Checked<'a> {
+impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
+    /// The collective.
+    pub(super) const KIND: CollectiveKind = match CollectiveKind::from_u32(K) {
+        Some(kind) => kind,
+        None => panic!("not a collective's code"),
+    };
+
+    /// The plan to run with ([`Config::plan`] of the arguments').
+    #[inline(always)]
+    pub(super) fn plan(&self) -> Plan {
+        C::plan(&self.args.plan)
+    }
+
+    /// Epoch slots the call keeps current (`args.coll_blocks`, within range).
+    #[inline(always)]
+    fn coll_blocks(&self) -> u32 {
+        self.args
+            .coll_blocks
+            .clamp(self.args.blocks, MAX_BLOCKS as u32)
+    }
+
     /// [`lean`] for this call.
     #[inline(always)]
     pub(super) fn lean(&self) -> bool {
         lean(
-            self.kind,
+            Self::KIND,
             self.ctx.world,
-            stream_bound(self.kind, self.args),
-            &self.plan,
+            stream_bound(Self::KIND, self.args),
+            &self.plan(),
             self.ctx.latency_window_bytes,
         )
     }
@@ -288,7 +317,7 @@ impl<'a> Checked<'a> {
     /// launch, or in a latency-only build ([`Config::LATENCY_ONLY`], where the path is compiled
     /// out); true when refused.
     #[inline(always)]
-    fn lacks_atom_smem<A: Atom, C: Config>(&self) -> bool {
+    fn lacks_atom_smem<A: Atom>(&self) -> bool {
         if !C::LATENCY_ONLY && atom_smem::<A>(self.args) {
             return false;
         }
@@ -306,7 +335,7 @@ impl<'a> Checked<'a> {
     /// This block's view of the call before it begins, to record a refusal.
     #[inline(always)]
     fn detached(&self) -> Call<'a> {
-        Call::detached(self.ctx, self.kind.call(), self.args.block)
+        Call::detached(self.ctx, Self::KIND.call(), self.args.block)
     }
 
     /// This block's SNAC scratch in its shared memory.
@@ -334,7 +363,7 @@ impl<'a> Checked<'a> {
         let call = unsafe {
             Call::begin(
                 self.ctx,
-                self.kind.call(),
+                Self::KIND.call(),
                 self.args.block,
                 self.scratch::<A>(),
                 digest,
@@ -349,7 +378,7 @@ impl<'a> Checked<'a> {
     /// `Call::finish`).
     #[inline(always)]
     pub(super) fn finish(&self, call: &mut Call, rounds: u64) {
-        call.finish(rounds, self.args.blocks, self.coll_blocks);
+        call.finish(rounds, self.args.blocks, self.coll_blocks());
     }
 
     /// The V counts of this call, read once from `args.counts` into the block's scratch and
@@ -363,8 +392,8 @@ impl<'a> Checked<'a> {
     /// `args.counts` valid for `n = counts_per_rank × world` values; the scratch as
     /// [`Checked::scratch`] needs.
     #[inline(never)]
-    pub(super) unsafe fn validated_counts<A: Atom>(&self, elem: u64) -> Option<Counts> {
-        let (args, ctx, s) = (self.args, self.ctx, self.kind.semantics());
+    pub(super) unsafe fn validated_counts<A: Atom>(self, elem: u64) -> Option<Counts> {
+        let (args, ctx, s) = (self.args, self.ctx, Self::KIND.semantics());
         let w = ctx.world as usize;
         let halves = s.counts_per_rank as usize;
         let n = halves * w;
@@ -486,7 +515,7 @@ impl<'a> Checked<'a> {
     /// # Safety
     /// As the entry points.
     #[inline(never)]
-    pub(super) unsafe fn empty<A: Atom>(&self, digest: &Digest) {
+    pub(super) unsafe fn empty<A: Atom>(self, digest: &Digest) {
         // SAFETY: forwarded contract.
         let mut call = unsafe { self.begin::<A>(digest) };
         let _ = call.await_digests();
@@ -497,12 +526,7 @@ impl<'a> Checked<'a> {
     ///
     /// # Safety
     /// Both ranges valid for `len`, not overlapping.
-    pub(super) unsafe fn local_copy<A: Atom, C: Config>(
-        &self,
-        dst: *mut u8,
-        src: *const u8,
-        len: u64,
-    ) {
+    pub(super) unsafe fn local_copy<A: Atom>(self, dst: *mut u8, src: *const u8, len: u64) {
         if core::ptr::eq(dst, src) {
             return;
         }
@@ -511,7 +535,7 @@ impl<'a> Checked<'a> {
             // SAFETY: forwarded contract.
             return unsafe { latency::local::<NoReduce>(dst, src, len, block, blocks, None) };
         }
-        if self.lacks_atom_smem::<A, C>() {
+        if self.lacks_atom_smem::<A>() {
             return;
         }
         let (offset, n) = split_bytes(len as usize, 16, blocks as usize, block as usize);
@@ -532,8 +556,8 @@ impl<'a> Checked<'a> {
     ///
     /// # Safety
     /// Both ranges valid for `len` bytes of the reduction's type (they may be equal).
-    pub(super) unsafe fn local_reduce<A: Atom, C: Config, R: Reducer>(
-        &self,
+    pub(super) unsafe fn local_reduce<A: Atom, R: Reducer>(
+        self,
         reducer: R,
         dst: *mut u8,
         src: *const u8,
@@ -544,7 +568,7 @@ impl<'a> Checked<'a> {
             // SAFETY: forwarded contract.
             return unsafe { latency::local(dst, src, len, block, blocks, Some(reducer)) };
         }
-        if self.lacks_atom_smem::<A, C>() {
+        if self.lacks_atom_smem::<A>() {
             return;
         }
         let (offset, n) = split_bytes(len as usize, 16, blocks as usize, block as usize);
@@ -567,15 +591,15 @@ impl<'a> Checked<'a> {
     /// # Safety
     /// The streams describe valid buffers; every rank makes the same call.
     #[inline(never)]
-    pub(super) unsafe fn staged<A: Atom, C: Config, S: Streams + OnePass, R: Reducer>(
-        &self,
+    pub(super) unsafe fn staged<A: Atom, S: Streams + OnePass, R: Reducer>(
+        self,
         streams: &S,
         reducer: R,
         digest: &Digest,
     ) {
         let args = self.args;
         let packets = self.lean();
-        if !packets && self.lacks_atom_smem::<A, C>() {
+        if !packets && self.lacks_atom_smem::<A>() {
             return;
         }
         // Calls over symmetric buffers run one pass over them (as far as the collective's
@@ -584,7 +608,7 @@ impl<'a> Checked<'a> {
         let symmetric = if packets {
             None
         } else {
-            let access = self.kind.semantics().peers;
+            let access = Self::KIND.semantics().peers;
             // SAFETY: the tables hold `world` addresses (the entry points' contract).
             match unsafe { Symmetric::of(args, self.ctx.rank, access) } {
                 Ok(sym) => sym,
@@ -604,7 +628,7 @@ impl<'a> Checked<'a> {
         // and `args.block < MAX_BLOCKS` (checked).
         let mut call = unsafe { self.begin::<A>(&named) };
         if packets {
-            let bound = stream_bound(self.kind, args);
+            let bound = stream_bound(Self::KIND, args);
             // SAFETY: forwarded contract; every stream fits a window and the bound (`lean`).
             let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer, bound) };
             self.finish(&mut call, 1);
@@ -629,7 +653,8 @@ impl<'a> Checked<'a> {
             self.finish(&mut call, 1);
             return;
         }
-        let Ok(engine) = Engine::new(&call, streams, &self.plan, args.smem) else {
+        let plan = self.plan();
+        let Ok(engine) = Engine::new(&call, streams, &plan, args.smem) else {
             return;
         };
         let agreed = streams.agreed_len();
@@ -637,7 +662,7 @@ impl<'a> Checked<'a> {
             call.post_extent(engine.local_rounds());
         }
         // SAFETY: forwarded contract.
-        let ran = unsafe { engine.run::<A, R>(&mut call, args, &self.plan, reducer) };
+        let ran = unsafe { engine.run::<A, R>(&mut call, args, &plan, reducer) };
         let rounds = match agreed {
             Some(len) => engine.geometry().chunks(len),
             // After a fault the other ranks may never post their extent: do not wait for it.
@@ -652,8 +677,8 @@ impl<'a> Checked<'a> {
     ///
     /// # Safety
     /// As the copy collectives' entry points.
-    pub(super) unsafe fn copy_streams<A: Atom, C: Config, S: Streams + OnePass>(
-        &self,
+    pub(super) unsafe fn copy_streams<A: Atom, S: Streams + OnePass>(
+        self,
         streams: &S,
         digest: &Digest,
         empty_call: bool,
@@ -662,7 +687,7 @@ impl<'a> Checked<'a> {
             // World 1: the one local stream (consumer stream 0) over all blocks.
             if let Get::Local { src, dst, len } = streams.get(0) {
                 // SAFETY: the streams describe the caller's buffers.
-                unsafe { self.local_copy::<A, C>(dst, src, len) }
+                unsafe { self.local_copy::<A>(dst, src, len) }
             }
             return;
         }
@@ -671,6 +696,6 @@ impl<'a> Checked<'a> {
             return unsafe { self.empty::<A>(digest) };
         }
         // SAFETY: forwarded contract.
-        unsafe { self.staged::<A, C, _, _>(streams, NoReduce, digest) }
+        unsafe { self.staged::<A, _, _>(streams, NoReduce, digest) }
     }
 }

@@ -15,11 +15,12 @@
 //!
 //! The reductions take their operator as a type (`O: ReduceOp`, one datapath compiled) or, in
 //! their `_op` forms ([`all_reduce_op`], [`reduce_scatter_op`], [`reduce_scatter_v_op`]), as a
-//! run-time [`ReduceOpKind`]: the collective is then compiled once for its element type and
+//! run-time [`ReduceOpKind`](crate::op::ReduceOpKind): the collective is then compiled once for its element type and
 //! each reduce step `match`es the operator to one of four static datapaths. No form calls
 //! through a function pointer.
 //!
-//! Every entry point takes the call's [`SnacArgs`] and the communicator's [`Context`] by
+//! Every entry point takes the call's [`SnacArgs`](crate::snac::SnacArgs) and the
+//! communicator's [`Context`](crate::context::Context) by
 //! reference, wherever the kernel can read them: a kernel parameter read in place
 //! ([`kernel_param!`](crate::kernel_param)), shared or global memory. (A reference to a local
 //! value also works, but then every thread keeps its own copy in local memory: hundreds of
@@ -27,7 +28,7 @@
 //! Exactly `args.blocks` blocks enter, each with its `args.block`, all with the same number of
 //! threads and [`smem_bytes::<A>()`](crate::snac::smem_bytes) bytes of shared memory at
 //! `args.smem` (or, for a call [`lean`] says needs none of the Atom's, only
-//! [`SNAC_SMEM_BYTES`], with `args.smem_bytes` saying so).
+//! [`SNAC_SMEM_BYTES`](crate::snac::SNAC_SMEM_BYTES), with `args.smem_bytes` saying so).
 //! Every rank of the communicator must make the same call (same collective, plan, block count
 //! and sizes). If a wait runs out of time or the arguments cannot be run, the
 //! block records a [`Fault`] in the rank's local state and leaves; the
@@ -63,7 +64,7 @@
 //! ```
 
 /// Declares a reduction collective's two entry points (in the collective's own file), both
-/// running `$with` (with `$form`, if given, as its last generic argument: the fixed or V form):
+/// running `$with` (with `$form`, if given, as its last generic argument: which collective):
 /// `$typed`, specialised for the operator type `O`, and `$op`, for an operator chosen at run
 /// time.
 macro_rules! reduction_entry_points {
@@ -74,7 +75,7 @@ macro_rules! reduction_entry_points {
         $(#[$op_doc:meta])*
         pub unsafe fn $op:ident;
 
-        => $with:ident $(, $form:literal)?
+        => $with:ident $(, $form:block)?
     ) => {
         $(#[$typed_doc])*
         #[inline(always)]

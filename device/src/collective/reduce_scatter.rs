@@ -45,7 +45,7 @@ reduction_entry_points! {
     /// As [`reduce_scatter`].
     pub unsafe fn reduce_scatter_op;
 
-    => reduce_scatter_with, false
+    => reduce_scatter_with, { CollectiveKind::ReduceScatter as u32 }
 }
 
 reduction_entry_points! {
@@ -63,22 +63,17 @@ reduction_entry_points! {
     /// As [`reduce_scatter_v`].
     pub unsafe fn reduce_scatter_v_op;
 
-    => reduce_scatter_with, true
+    => reduce_scatter_with, { CollectiveKind::ReduceScatterV as u32 }
 }
 
 /// # Safety
-/// As [`reduce_scatter`] or [`reduce_scatter_v`].
+/// As [`reduce_scatter`] (`K`: ReduceScatter) or [`reduce_scatter_v`] (ReduceScatterV).
 #[inline(never)]
-unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const V: bool>(
+unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const K: u32>(
     args: &SnacArgs,
     ctx: &Context,
     op: P,
 ) {
-    let kind = if V {
-        CollectiveKind::ReduceScatterV
-    } else {
-        CollectiveKind::ReduceScatter
-    };
     let size = core::mem::size_of::<T>() as u64;
     // The V counts are elements of T, whatever the caller put in `elem_bytes` (the host puts
     // the type's size): the lean decision's stream bound must be in bytes of T.
@@ -86,12 +81,12 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
         elem_bytes: size as u32,
         ..*args
     };
-    let Some(c) = check::<C>(args, ctx, kind, size, A::THREADS) else {
+    let Some(c) = check::<C, K>(args, ctx, size, A::THREADS) else {
         return;
     };
     let reducer = Typed::<T, P>::new(op);
-    let id = Identity::reduction::<T, P>(kind, op);
-    if V {
+    let id = Identity::reduction::<T, P>(op);
+    if Checked::<C, K>::KIND.is_v() {
         // SAFETY: forwarded contract (`world` counts).
         let Some(v) = (unsafe { c.validated_counts::<A>(size) }) else {
             return;
@@ -103,20 +98,20 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
         };
         let digest = id.digest(&c, args.max_count, v.word);
         // SAFETY: forwarded contract.
-        unsafe { scatter::<A, C, _, _>(&c, layout, reducer, &digest) }
+        unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     } else {
         let layout = Scattered { bytes: args.bytes };
         let digest = id.digest(&c, args.bytes, 0);
         // SAFETY: forwarded contract.
-        unsafe { scatter::<A, C, _, _>(&c, layout, reducer, &digest) }
+        unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     }
 }
 
 /// # Safety
 /// As [`reduce_scatter`].
 #[inline(always)]
-unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer>(
-    c: &Checked,
+unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer, const K: u32>(
+    c: &Checked<C, K>,
     layout: L,
     reducer: R,
     digest: &Digest,
@@ -126,7 +121,7 @@ unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer>(
         let (offset, len) = layout.part(0, 0);
         // SAFETY: forwarded contract.
         return unsafe {
-            c.local_reduce::<A, C, R>(reducer, args.dst, args.src.add(offset as usize), len)
+            c.local_reduce::<A, R>(reducer, args.dst, args.src.add(offset as usize), len)
         };
     }
     if layout.max_part(ctx.world) == Some(0) {
@@ -138,5 +133,5 @@ unsafe fn scatter<A: Atom, C: Config, L: Layout, R: Reducer>(
         src: layout,
     };
     // SAFETY: forwarded contract.
-    unsafe { c.staged::<A, C, _, R>(&streams, reducer, digest) }
+    unsafe { c.staged::<A, _, R>(&streams, reducer, digest) }
 }

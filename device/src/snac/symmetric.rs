@@ -72,8 +72,8 @@ pub(crate) enum Output {
 }
 
 /// Which of its peers' symmetric buffers a collective's one pass uses, depending on which of
-/// a call's buffers are symmetric: the rule a collective declares, from which
-/// [`Symmetric::of`] takes one call's [`Reach`] (and the host which tables to pass).
+/// a call's buffers are symmetric: the rule a collective declares, from which SNAC takes what
+/// one call may touch (and the host which buffer tables to pass).
 ///
 /// ```
 /// use purlin_device::snac::symmetric::PeerAccess;

@@ -136,7 +136,7 @@ pub struct Options {
 }
 
 /// One call, checked and ready to launch.
-struct Call {
+struct Checked {
     kind: CollectiveKind,
     dtype: DataType,
     args: SnacArgs,

@@ -74,7 +74,7 @@ impl Context {
     /// The buffers in `call.args` are valid for the call and stay so until it has run.
     pub(super) unsafe fn launch_call(
         &self,
-        mut call: Call,
+        mut call: Checked,
         options: &Options,
         bytes: u64,
     ) -> Result<()> {

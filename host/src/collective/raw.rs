@@ -120,7 +120,7 @@ fn fixed_call(
     src: Span,
     count: u64,
     op: Option<ReduceOpKind>,
-) -> Result<(Call, u64)> {
+) -> Result<(Checked, u64)> {
     let parts = parts(kind, ctx.world());
     let bytes = validate::elements_to_bytes("count", count, dtype.size())?;
     let src_bytes = validate::parts_to_bytes("src", bytes, parts.0)?;
@@ -132,7 +132,7 @@ fn fixed_call(
     validate::check_aliasing(src, src_bytes, dst, dst_bytes, rule)?;
     let mut args = args(dst, src, bytes).bounded(src.bytes, dst.bytes, u64::MAX);
     ctx.symmetric_buffers().mark(kind, src, dst, &mut args);
-    let call = Call {
+    let call = Checked {
         kind,
         dtype,
         args,
@@ -197,7 +197,7 @@ fn v_call(
     src: Span,
     counts: Counts,
     op: Option<ReduceOpKind>,
-) -> Result<(Call, u64)> {
+) -> Result<(Checked, u64)> {
     validate::check_pointer("counts", counts.addr, 8)?;
     let max_bytes = validate::elements_to_bytes("max_count", counts.max_count, dtype.size())?;
     // The counts live on the device, which checks them against `max_count` and against both
@@ -212,7 +212,7 @@ fn v_call(
     a.elem_bytes = dtype.size() as u32;
     ctx.symmetric_buffers().mark(kind, src, dst, &mut a);
     Ok((
-        Call {
+        Checked {
             kind,
             dtype,
             args: a,
