@@ -10,6 +10,15 @@ raw_collective! {
     ///
     /// # Safety
     /// As [`all_reduce_raw`]; `src` and `dst` hold `world × count` elements.
+    ///
+    /// ```no_run
+    /// # fn demo(ctx: &purlin::Context, src: purlin::memory::Span, dst: purlin::memory::Span) -> purlin::Result<()> {
+    /// use purlin::collective::{all_to_all_raw, Options};
+    /// // 1024 f32 to every rank; both spans hold `world × 1024` of them.
+    /// // SAFETY: both spans are live device buffers of the context's GPU.
+    /// unsafe { all_to_all_raw(ctx, purlin::DataType::F32, dst, src, 1024, &Options::default())? };
+    /// # Ok(()) }
+    /// ```
     fn all_to_all_raw() = AllToAll, sized by count: u64;
 
     /// AllToAllV: `counts` holds `2 × world` counts: the elements this rank sends to each rank,

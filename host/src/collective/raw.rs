@@ -82,28 +82,22 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
         src,
         size,
     } = *call;
+    let not_its = |what, reason: &str| {
+        Err(Error::InvalidArgument {
+            what,
+            reason: format!("{} {reason}", kind.name()),
+        })
+    };
     if kind.reduces() != op.is_some() {
-        return Err(Error::InvalidArgument {
-            what: "op",
-            reason: format!(
-                "{} {} an operator",
-                kind.name(),
-                if kind.reduces() { "needs" } else { "takes no" }
-            ),
-        });
+        let needs = if kind.reduces() { "needs" } else { "takes no" };
+        return not_its("op", &format!("{needs} an operator"));
     }
     let (call, band_bytes) = match size {
         Size::Count(count) if !kind.is_v() => fixed_call(ctx, kind, dtype, dst, src, count, op)?,
         Size::Counts(counts) if kind.is_v() => v_call(ctx, kind, dtype, dst, src, counts, op)?,
         _ => {
-            return Err(Error::InvalidArgument {
-                what: "size",
-                reason: format!(
-                    "{} is sized by {}",
-                    kind.name(),
-                    if kind.is_v() { "counts" } else { "a count" }
-                ),
-            });
+            let by = if kind.is_v() { "counts" } else { "a count" };
+            return not_its("size", &format!("is sized by {by}"));
         }
     };
     // SAFETY: forwarded contract.
