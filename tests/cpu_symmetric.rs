@@ -591,13 +591,9 @@ fn v_ranks_that_disagree_are_named() {
             a
         };
         // SAFETY: every buffer holds what either set of counts moves.
-        let named = first_fault(
-            case,
-            FaultKind::DigestMismatch,
-            world,
-            args,
-            |a, ctx| unsafe { collective::all_gather_v::<Host, Runtime>(a, ctx) },
-        );
+        let named = first_mismatch(case, world, args, |a, ctx| unsafe {
+            collective::all_gather_v::<Host, Runtime>(a, ctx)
+        });
         assert_eq!(named.field(), field, "{case}: {named}");
     }
 }
@@ -630,6 +626,17 @@ fn first_fault(
         .unwrap_or_else(|| panic!("{what}: {faults:?}"))
 }
 
+/// [`first_fault`] for a call whose ranks disagree on what they compare: the first
+/// `DigestMismatch`, which names the field.
+fn first_mismatch(
+    what: &str,
+    world: u32,
+    args: impl Fn(u32) -> SnacArgs + Sync,
+    call: impl Fn(&SnacArgs, &purlin_device::context::Context) + Sync,
+) -> Fault {
+    first_fault(what, FaultKind::DigestMismatch, world, args, call)
+}
+
 /// Ranks that disagree on their buffers — one passes ordinary buffers, or its range at another
 /// offset of the symmetric buffer — fault the call at once, naming the buffers; none hangs.
 #[test]
@@ -654,13 +661,9 @@ fn ranks_that_pass_other_buffers_are_named() {
             a
         };
         // SAFETY: every buffer holds what the call moves; the calls differ only in buffers.
-        let named = first_fault(
-            case,
-            FaultKind::DigestMismatch,
-            world,
-            args,
-            |a, ctx| unsafe { collective::all_gather::<Host, Runtime>(a, ctx) },
-        );
+        let named = first_mismatch(case, world, args, |a, ctx| unsafe {
+            collective::all_gather::<Host, Runtime>(a, ctx)
+        });
         assert_eq!(named.field(), DigestField::Buffers, "{case}: {named}");
         assert!(named.rank == odd || named.peer == odd, "{case}: {named}");
         assert!(named.to_string().contains("symmetric buffers"), "{named}");

@@ -177,40 +177,15 @@ const IN_FLIGHT: u32 = 8;
 /// memory, which made gathering slower than waiting in turn, and LLVM does not unroll loops
 /// whose body holds a reduction's four operators).
 macro_rules! in_flight {
-    ($i:ident => $body:block) => {{
-        const _: () = assert!(IN_FLIGHT == 8);
-        {
-            let $i: u32 = 0;
+    ($i:ident => $body:block) => {
+        in_flight!(@each $i => $body; 0 1 2 3 4 5 6 7)
+    };
+    (@each $i:ident => $body:block; $($n:literal)*) => {{
+        const _: () = assert!(IN_FLIGHT == [$($n),*].len() as u32);
+        $({
+            let $i: u32 = $n;
             $body
-        }
-        {
-            let $i: u32 = 1;
-            $body
-        }
-        {
-            let $i: u32 = 2;
-            $body
-        }
-        {
-            let $i: u32 = 3;
-            $body
-        }
-        {
-            let $i: u32 = 4;
-            $body
-        }
-        {
-            let $i: u32 = 5;
-            $body
-        }
-        {
-            let $i: u32 = 6;
-            $body
-        }
-        {
-            let $i: u32 = 7;
-            $body
-        }
+        })*
     }};
 }
 
