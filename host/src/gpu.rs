@@ -66,17 +66,7 @@ pub struct DeviceLimits {
 /// Kernels fetched from modules, each with the dynamic shared memory it is allowed so far
 /// (48 KiB until raised): what [`Gpu`] and [`Module`](crate::module::Module) share.
 #[derive(Debug, Default)]
-pub(crate) struct Kernels(Mutex<HashMap<String, Fetched>>);
-
-/// A kernel fetched from its module: the dynamic shared memory it is allowed so far, and the
-/// blocks per SM the driver last reported for one launch shape.
-#[derive(Debug)]
-struct Fetched {
-    function: CudaFunction,
-    smem_allowed: u32,
-    /// `(threads, smem_bytes, blocks per SM)`.
-    per_sm: Option<(u32, u32, u32)>,
-}
+pub(crate) struct Kernels(Mutex<HashMap<String, (CudaFunction, u32)>>);
 
 impl Kernels {
     /// Kernel `name`, fetched from `module()` the first time (a missing one is
@@ -90,71 +80,27 @@ impl Kernels {
         arch: Arch,
         module: impl FnOnce() -> Result<&'m Arc<CudaModule>>,
     ) -> Result<CudaFunction> {
-        self.with(name, smem_bytes, arch, module, |k| Ok(k.function.clone()))
-    }
-
-    /// How many blocks of `threads` threads with `smem_bytes` of dynamic shared memory the
-    /// driver fits on one SM for kernel `name` (registers, shared memory), fetching it as
-    /// [`Kernels::get`] does; cached for the last shape asked.
-    pub(crate) fn blocks_per_sm<'m>(
-        &self,
-        name: &str,
-        threads: u32,
-        smem_bytes: u32,
-        arch: Arch,
-        module: impl FnOnce() -> Result<&'m Arc<CudaModule>>,
-    ) -> Result<u32> {
-        self.with(name, smem_bytes, arch, module, |k| match k.per_sm {
-            Some((t, s, n)) if (t, s) == (threads, smem_bytes) => Ok(n),
-            _ => {
-                let n = k.function.occupancy_max_active_blocks_per_multiprocessor(
-                    threads,
-                    smem_bytes as usize,
-                    None,
-                )?;
-                k.per_sm = Some((threads, smem_bytes, n));
-                Ok(n)
-            }
-        })
-    }
-
-    /// Runs `f` on kernel `name`, fetched from `module()` the first time and allowed at least
-    /// `smem_bytes`.
-    fn with<'m, R>(
-        &self,
-        name: &str,
-        smem_bytes: u32,
-        arch: Arch,
-        module: impl FnOnce() -> Result<&'m Arc<CudaModule>>,
-        f: impl FnOnce(&mut Fetched) -> Result<R>,
-    ) -> Result<R> {
         let mut kernels = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if !kernels.contains_key(name) {
-            let function = module()?.load_function(name).map_err(|e| match e.0 {
+            let f = module()?.load_function(name).map_err(|e| match e.0 {
                 cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => Error::MissingKernel {
                     name: name.to_owned(),
                     arch,
                 },
                 _ => Error::Driver(e),
             })?;
-            let fetched = Fetched {
-                function,
-                smem_allowed: 48 * 1024,
-                per_sm: None,
-            };
-            kernels.insert(name.to_owned(), fetched);
+            kernels.insert(name.to_owned(), (f, 48 * 1024));
         }
         // Every launch passes here: a cached kernel whose limit suffices costs one lookup.
-        let k = kernels.get_mut(name).expect("inserted above");
-        if smem_bytes > k.smem_allowed {
-            k.function.set_attribute(
+        let (f, allowed) = kernels.get_mut(name).expect("inserted above");
+        if smem_bytes > *allowed {
+            f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem_bytes as i32,
             )?;
-            k.smem_allowed = smem_bytes;
-            k.per_sm = None;
+            *allowed = smem_bytes;
         }
-        f(k)
+        Ok(f.clone())
     }
 }
 
@@ -396,30 +342,13 @@ impl Gpu {
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub fn function(&self, name: &str, smem_bytes: u32) -> Result<CudaFunction> {
-        self.functions
-            .get(name, smem_bytes, self.arch, || self.module_of(name))
-    }
-
-    /// How many blocks of kernel `name` (as [`Gpu::function`] finds it), each of `threads`
-    /// threads with `smem_bytes` of dynamic shared memory, one SM holds at once: what its
-    /// registers and shared memory allow, as the driver computes it.
-    /// ```no_run
-    /// let gpu = purlin::Gpu::open(0)?;
-    /// assert!(gpu.blocks_per_sm("purlin_atom_copy_sm70", 256, 0)? >= 1);
-    /// # Ok::<(), purlin::Error>(())
-    /// ```
-    pub fn blocks_per_sm(&self, name: &str, threads: u32, smem_bytes: u32) -> Result<u32> {
-        self.functions
-            .blocks_per_sm(name, threads, smem_bytes, self.arch, || self.module_of(name))
-    }
-
-    /// The module that holds kernel `name`.
-    fn module_of(&self, name: &str) -> Result<&Arc<CudaModule>> {
-        if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_") {
-            self.atom_module()
-        } else {
-            Ok(&self.module)
-        }
+        self.functions.get(name, smem_bytes, self.arch, || {
+            if name.starts_with("purlin_atom_") || name.starts_with("purlin_test_") {
+                self.atom_module()
+            } else {
+                Ok(&self.module)
+            }
+        })
     }
 
     /// Loads the grid-wide Atom kernels now (the driver compiles them: seconds on first use in

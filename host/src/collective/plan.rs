@@ -27,19 +27,6 @@ impl Context {
         bytes: u64,
         options: &Options,
     ) -> Result<(LaunchShape, Plan)> {
-        // A kernel of the caller's may hold no more than one block per SM.
-        self.plan_resident(kind, bytes, options, |_, _, _| Ok(1))
-    }
-
-    /// [`Context::plan`] for a kernel of which `per_sm(lean, threads, smem_bytes)` blocks fit
-    /// on one SM: the blocks of every rank sharing the GPU stay resident at once.
-    fn plan_resident(
-        &self,
-        kind: CollectiveKind,
-        bytes: u64,
-        options: &Options,
-        per_sm: impl FnOnce(bool, u32, u32) -> Result<u32>,
-    ) -> Result<(LaunchShape, Plan)> {
         let gpu = self.gpu().ok_or_else(host_context)?;
         let choice = match options.choice {
             Some(c) => c,
@@ -52,29 +39,25 @@ impl Context {
         if let Some(a) = options.algorithm {
             plan.algorithm = a as u32;
         }
-        let (threads, mut smem_bytes) = kernel_shape(gpu.arch());
+        let (threads, smem) = kernel_shape(gpu.arch());
         plan.threads = threads;
+        // Blocks wait for each other across ranks: all of them must be resident at once. The
+        // collective kernels hold one block per SM (see purlin-kernels).
+        let resident = (gpu.sm_count() / self.workspace().ranks_on_this_gpu().max(1)).max(1);
+        let mut shape = LaunchShape {
+            blocks: choice.blocks.min(resident),
+            threads,
+            smem_bytes: smem,
+        };
         // A call whose path needs none of the Atom's shared memory (packets, a register copy
         // at world 1) launches with SNAC's scratch only and as many blocks as its bytes need:
         // a smaller launch starts sooner. The device takes the same decision from the same
         // arguments (`SnacArgs::smem_bytes` tells it what it got).
-        let lean = self.is_lean(kind, bytes, &plan);
-        if lean {
-            smem_bytes = purlin_device::snac::SNAC_SMEM_BYTES;
+        if self.is_lean(kind, bytes, &plan) {
+            shape.smem_bytes = purlin_device::snac::SNAC_SMEM_BYTES;
+            shape.blocks =
+                purlin_device::collective::lean_blocks(self.world(), bytes, threads, shape.blocks);
         }
-        // Blocks wait for each other across ranks: all of them must be resident at once.
-        let on_one_sm = per_sm(lean, threads, smem_bytes)?.max(1);
-        let ranks_here = self.workspace().ranks_on_this_gpu().max(1);
-        let resident = (gpu.sm_count().saturating_mul(on_one_sm) / ranks_here).max(1);
-        let mut blocks = choice.blocks.min(resident);
-        if lean {
-            blocks = purlin_device::collective::lean_blocks(self.world(), bytes, threads, blocks);
-        }
-        let shape = LaunchShape {
-            blocks,
-            threads,
-            smem_bytes,
-        };
         Ok((shape, plan))
     }
 
@@ -95,14 +78,10 @@ impl Context {
         options: &Options,
         bytes: u64,
     ) -> Result<()> {
-        let gpu = self.gpu().ok_or_else(host_context)?;
-        let mut name = "";
-        let (shape, plan) = self.plan_resident(call.kind, bytes, options, |lean, threads, smem| {
-            name = kernel_name(call.kind, call.dtype, lean);
-            gpu.blocks_per_sm(name, threads, smem)
-        })?;
+        let (shape, plan) = self.plan(call.kind, bytes, options)?;
         call.args.plan = plan;
         call.args.blocks = shape.blocks;
+        let name = kernel_name(call.kind, call.dtype, self.is_lean(call.kind, bytes, &plan));
         let ctx = self.device_view();
         match call.op {
             Some(op) => {
