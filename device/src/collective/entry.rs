@@ -423,34 +423,45 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         }
         crate::arch::sync_block();
         if tid == 0 {
-            let mut sums = [0u64; 2];
+            // Sums of the two halves, and the hash of every count, in registers: no array is
+            // indexed here (one would live in local memory, see `digest::Fnv`).
+            let (mut sum_first, mut sum_last) = (0u64, 0u64);
+            let mut hashed = digest::Fnv::new();
             let mut refusal: Option<(Refusal, u32, u64, u64)> = None;
-            let mut words = [0u64; 2 * MAX_RANKS];
-            for (i, word) in words.iter_mut().enumerate().take(n) {
+            for i in 0..n {
                 // SAFETY: inside the scratch, written before the barrier above.
                 let c = unsafe { counts.add(i).read_volatile() };
-                *word = c;
+                hashed = hashed.push(c);
                 if refusal.is_none() && c > args.max_count {
                     refusal = Some((Refusal::CountAboveMax, i as u32, args.max_count, c));
                 }
-                let half = i / w;
+                let sum = if i < w { sum_first } else { sum_last };
                 // SAFETY: inside the scratch (`2 × MAX_RANKS` starts); a wrapped start is never
                 // read, since the overflow refuses the call.
-                unsafe { starts.add(i).write_volatile(sums[half]) };
-                match sums[half].checked_add(c) {
-                    Some(s) => sums[half] = s,
-                    None if refusal.is_none() => {
-                        refusal = Some((Refusal::SizeOverflow, i as u32, u64::MAX, c))
+                unsafe { starts.add(i).write_volatile(sum) };
+                let next = match sum.checked_add(c) {
+                    Some(next) => next,
+                    None => {
+                        if refusal.is_none() {
+                            refusal = Some((Refusal::SizeOverflow, i as u32, u64::MAX, c));
+                        }
+                        sum
                     }
-                    None => {}
+                };
+                if i < w {
+                    sum_first = next;
+                } else {
+                    sum_last = next;
                 }
             }
             // What `src` and `dst` hold, from the first half of the counts and the last.
             let rank = ctx.rank as usize;
             let (src_half, dst_half) = (0, halves - 1);
             let held = |extent: Extent, half: usize| match extent {
-                Extent::Own => words[half * w + rank],
-                Extent::All => sums[half],
+                // SAFETY: inside the scratch, written before the barrier above.
+                Extent::Own => unsafe { counts.add(half * w + rank).read_volatile() },
+                Extent::All if half == 0 => sum_first,
+                Extent::All => sum_last,
             };
             let (src, dst) = (
                 held(s.src, src_half).checked_mul(elem),
@@ -489,7 +500,7 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
                     u64::MAX
                 }
                 None if s.per_pair() => digest::PER_PAIR - 1,
-                None => digest::hash(&words[..n]) as u64,
+                None => hashed.finish() as u64,
             };
             // SAFETY: inside the scratch.
             unsafe { status.write_volatile(word) };

@@ -61,14 +61,39 @@ pub const fn shape(
 /// FNV-1a over 64-bit words, folded to 32 bits.
 #[inline(always)]
 pub(crate) const fn hash(words: &[u64]) -> u32 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = Fnv::new();
     let mut i = 0;
     while i < words.len() {
-        h ^= words[i];
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        h = h.push(words[i]);
         i += 1;
     }
-    (h ^ (h >> 32)) as u32
+    h.finish()
+}
+
+/// [`hash`] one word at a time, for words that are not in one slice (a slice built only to be
+/// hashed lives in local memory on the GPU: zeroing the V counts' 256-byte array took thread 0
+/// 256 byte stores before every V call).
+#[derive(Clone, Copy)]
+pub(crate) struct Fnv(u64);
+
+impl Fnv {
+    /// The hash of no words yet.
+    #[inline(always)]
+    pub(crate) const fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    /// The hash with `word` appended.
+    #[inline(always)]
+    pub(crate) const fn push(self, word: u64) -> Self {
+        Self((self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3))
+    }
+
+    /// The words so far, folded to 32 bits.
+    #[inline(always)]
+    pub(crate) const fn finish(self) -> u32 {
+        (self.0 ^ (self.0 >> 32)) as u32
+    }
 }
 
 /// The `plan` packet: the knobs that change chunking and regimes (not `threads`, which only
