@@ -17,7 +17,7 @@
 use super::fault::SignalKind;
 use super::packet;
 use super::staging::{Get, Streams};
-use super::sync::{Call, DIGEST_WARP, Left, Ranks};
+use super::sync::{Call, DIGEST_WARP, Left};
 use super::trace::Point;
 use super::transfer::Reducer;
 use crate::arch;
@@ -301,52 +301,21 @@ pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
         stride,
         warp_kept,
     } = lanes(call, blocks, units(bound));
-    // 1. Push every producer stream into its readers' windows for this rank, [`IN_FLIGHT`]
-    // streams at a time: a thread loads its unit of each before it stores any, so the input
-    // costs one round trip per batch, not one per stream (ReduceScatterV and AllToAllV at 8
-    // ranks spent 4-5 us loading their 8 streams in turn).
-    let puts = streams.puts();
-    let mut base = 0;
-    while base < puts {
-        // (source, bytes, readers) of each stream of the batch; a slot past the last stream
-        // keeps 0 bytes, so it never loads or stores.
-        let mut batch = [(core::ptr::null::<u8>(), 0u64, Ranks::Others); IN_FLIGHT as usize];
-        in_flight!(i => {
-            if base + i < puts {
-                let put = streams.put(base + i);
-                batch[i as usize] = (put.src, put.len, put.notify);
-            }
-        });
+    // 1. Push every producer stream into its readers' windows for this rank.
+    for j in 0..streams.puts() {
+        let put = streams.put(j);
         let mut u = first;
-        loop {
-            let mut v = [0u128; IN_FLIGHT as usize];
-            let mut any = false;
-            in_flight!(i => {
-                let (src, len, _) = batch[i as usize];
-                if u < units(len) {
-                    // SAFETY: the stream lies in this rank's `src`.
-                    v[i as usize] = unsafe { load_unit(src, u, len) };
-                    any = true;
+        while u < units(put.len) {
+            // SAFETY: the stream lies in this rank's `src`.
+            let v = unsafe { load_unit(put.src, u, put.len) };
+            for q in 0..world {
+                if put.notify.contains(q, me) {
+                    // SAFETY: reader q's window for this rank holds the stream (checked).
+                    unsafe { put_unit(window(call, q, me), u, v, flag) };
                 }
-            });
-            if !any {
-                break;
             }
-            in_flight!(i => {
-                let (_, len, notify) = batch[i as usize];
-                if u < units(len) {
-                    for q in 0..world {
-                        if notify.contains(q, me) {
-                            // SAFETY: reader q's window for this rank holds the stream
-                            // (checked).
-                            unsafe { put_unit(window(call, q, me), u, v[i as usize], flag) };
-                        }
-                    }
-                }
-            });
             u += stride;
         }
-        base += IN_FLIGHT;
     }
     call.mark(Point::Sent);
     call.check_digests_early(warp_kept);
