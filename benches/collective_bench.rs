@@ -51,6 +51,7 @@ fn bench(args: &Args) -> Result<(), String> {
                 ReductionMode::Default
             },
             trace: args.trace,
+            strict_order: args.strict_order,
             ..Default::default()
         }],
         sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),

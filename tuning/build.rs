@@ -47,7 +47,7 @@ fn row(f: &[(&str, &str)], collective: &str, line: usize) -> String {
          put_blocks: {put}, chunk_bytes: {chunk}, latency_threshold: {threshold}, \
          two_shot_min_bytes: {two_shot}, two_shot_min_world: {two_shot_world}, \
          algorithm: Algorithm::{algorithm} as u32, mode: ReductionMode::Default as u32, \
-         trace: 0 }} }},\n",
+         trace: 0, launch_dependents: 0 }} }},\n",
         arch = num("arch"),
         world = num("world"),
         collective = variant(collective),

@@ -128,6 +128,10 @@ pub struct Args {
     /// GPU, so ranks compare on the virtual node).
     #[arg(long)]
     pub trace: bool,
+    /// Launch every call only after the work before it on its stream has finished
+    /// (`Options::strict_order`): no programmatic dependent launch of small calls.
+    #[arg(long)]
+    pub strict_order: bool,
 }
 
 /// `linear`, or a Zipf exponent (a finite number of at least 0).

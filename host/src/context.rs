@@ -22,7 +22,7 @@
 use crate::error::{Error, Result};
 use crate::fault::{self, FAULT_BYTES};
 use crate::gpu::Gpu;
-use crate::launch::{Kernel, KernelArgs, LaunchShape};
+use crate::launch::{Kernel, KernelArgs, LaunchShape, StreamOrder};
 use crate::memory::Memory;
 use crate::validate;
 use crate::workspace::Workspace;
@@ -525,6 +525,22 @@ impl Context {
         shape: LaunchShape,
         args: A,
     ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.launch_ordered(kernel, shape, args, StreamOrder::AfterPrevious) }
+    }
+
+    /// [`launch`](Self::launch) in the stream order `order`.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch); with [`StreamOrder::Overlapping`], the kernel waits for
+    /// the work before it on the stream before it touches memory.
+    pub(crate) unsafe fn launch_ordered<A: KernelArgs>(
+        &self,
+        kernel: &Kernel<A>,
+        shape: LaunchShape,
+        args: A,
+        order: StreamOrder,
+    ) -> Result<()> {
         self.ensure_usable()?;
         let (Some(gpu), Some(stream)) = (self.gpu(), &self.stream) else {
             return Err(Error::Unsupported(
@@ -533,7 +549,7 @@ impl Context {
         };
         crate::launch::check_fused_shape(gpu.arch(), &shape)?;
         // SAFETY: forwarded contract.
-        unsafe { kernel.launch(gpu, stream, shape, args) }
+        unsafe { kernel.launch_ordered(gpu, stream, shape, args, order) }
     }
 
     /// Waits for the stream and frees everything, collectively; every step runs even after an

@@ -267,6 +267,22 @@ impl<Args: KernelArgs> Kernel<Args> {
         args: Args,
     ) -> Result<()> {
         // SAFETY: forwarded contract.
+        unsafe { self.launch_ordered(gpu, stream, shape, args, StreamOrder::AfterPrevious) }
+    }
+
+    /// [`launch`](Self::launch) in the stream order `order`.
+    ///
+    /// # Safety
+    /// As [`launch_on`].
+    pub(crate) unsafe fn launch_ordered(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        shape: LaunchShape,
+        args: Args,
+        order: StreamOrder,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
         unsafe {
             launch_on(
                 gpu,
@@ -274,24 +290,39 @@ impl<Args: KernelArgs> Kernel<Args> {
                 shape,
                 || gpu.function(self.name, shape.smem_bytes),
                 args,
+                order,
             )
         }
     }
 }
 
+/// How a launch starts after the work before it on its stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamOrder {
+    /// Once that work has finished: a plain launch.
+    AfterPrevious,
+    /// As soon as the kernel before it lets it (`griddepcontrol.launch_dependents`, or its
+    /// end): a programmatic dependent launch (CUDA's programmatic stream serialization,
+    /// sm_90 and later). The kernel must wait for that work itself
+    /// (`griddepcontrol.wait`, `Atom::await_prior_grids`) before it touches memory.
+    Overlapping,
+}
+
 /// The one launch path of Purlin's kernels and a module's: checks `shape` against `gpu` and
 /// `stream`'s device, then fetches the function (`function`, which also raises its
-/// shared-memory limit) and launches it with `args`.
+/// shared-memory limit) and launches it with `args`, in the stream order `order`.
 ///
 /// # Safety
 /// `args` match the function's parameters; whatever the kernel requires of them holds until
-/// it finishes.
+/// it finishes; with [`StreamOrder::Overlapping`], the kernel waits for the work before it
+/// on the stream before it reads or writes memory.
 pub(crate) unsafe fn launch_on<Args: KernelArgs>(
     gpu: &Gpu,
     stream: &CudaStream,
     shape: LaunchShape,
     function: impl FnOnce() -> Result<cudarc::driver::CudaFunction>,
     args: Args,
+    order: StreamOrder,
 ) -> Result<()> {
     shape.check(&gpu.limits())?;
     if stream.context().ordinal() != gpu.ordinal() {
@@ -304,6 +335,10 @@ pub(crate) unsafe fn launch_on<Args: KernelArgs>(
     let f = function()?;
     let mut pointers = args.pointers();
     gpu.context().bind_to_thread()?;
+    if order == StreamOrder::Overlapping {
+        // SAFETY: as below; the kernel waits for the work before it (the caller's contract).
+        return unsafe { launch_overlapping(&f, stream, shape, &mut pointers) };
+    }
     // SAFETY: `pointers` point into `args`, which outlives the call and matches the kernel's
     // parameters (the caller's contract); the shape was checked above.
     unsafe {
@@ -316,6 +351,53 @@ pub(crate) unsafe fn launch_on<Args: KernelArgs>(
             &mut pointers,
         )
     }?;
+    Ok(())
+}
+
+/// `cuLaunchKernelEx` with the programmatic stream serialization attribute
+/// ([`StreamOrder::Overlapping`]).
+///
+/// # Safety
+/// As [`launch_on`] with [`StreamOrder::Overlapping`]; `pointers` are the kernel's parameters
+/// and the shape was checked.
+unsafe fn launch_overlapping(
+    f: &cudarc::driver::CudaFunction,
+    stream: &CudaStream,
+    shape: LaunchShape,
+    pointers: &mut [*mut c_void],
+) -> Result<()> {
+    use cudarc::driver::sys;
+    // SAFETY: a plain-data union of integers; all zero is a valid value.
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attribute = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: shape.blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: shape.threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shape.smem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    // SAFETY: `config` and `attribute` live through the call; the parameters are the
+    // caller's contract.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            pointers.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()?;
     Ok(())
 }
 

@@ -74,6 +74,7 @@ impl Module {
                 shape,
                 || self.function(name, shape.smem_bytes),
                 args,
+                crate::launch::StreamOrder::AfterPrevious,
             )
         }
     }

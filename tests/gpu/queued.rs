@@ -735,3 +735,49 @@ fn ten_thousand_small_mixed_calls_back_to_back() {
         &failures[..failures.len().min(8)]
     );
 }
+
+/// Small calls on sm_90 and later let the next call on their stream start early (programmatic
+/// dependent launch) only where two of a rank's calls fit the GPU beside every other rank's;
+/// `Options::strict_order` and large calls never do. (The queued tests above run with the
+/// default, so their sequences of small calls overlap their launches.)
+#[test]
+fn small_calls_overlap_their_launches_only_where_two_fit() {
+    let gpu = gpu_or_return!("overlapping launches");
+    let overlaps = gpu.arch().compute_capability() >= 90;
+    for world in [1u32, 2, 8] {
+        let failures = virtual_node_failures(
+            &gpu,
+            world,
+            WorkspaceRequirements::small(),
+            |ctx, _| {
+                let mut errors = Vec::new();
+                let strict = Options {
+                    strict_order: true,
+                    ..Default::default()
+                };
+                for kind in CollectiveKind::ALL {
+                    for bytes in [256u64, 4096, 64 << 20] {
+                        let (shape, plan) = ctx.plan(kind, bytes, &Options::default()).unwrap();
+                        let lean = shape.smem_bytes == purlin_device::snac::SNAC_SMEM_BYTES;
+                        let fits = 2 * shape.blocks <= gpu.sm_count() / world;
+                        let expected = u32::from(overlaps && lean && fits);
+                        if plan.launch_dependents != expected {
+                            errors.push(format!(
+                            "world {world} {kind:?} {bytes} B: launch_dependents {} (lean {lean}, {} blocks)",
+                            plan.launch_dependents, shape.blocks
+                        ));
+                        }
+                        let (_, plan) = ctx.plan(kind, bytes, &strict).unwrap();
+                        if plan.launch_dependents != 0 {
+                            errors.push(format!(
+                                "world {world} {kind:?} {bytes} B: strict order overlaps"
+                            ));
+                        }
+                    }
+                }
+                errors
+            },
+        );
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+}

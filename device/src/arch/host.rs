@@ -209,6 +209,16 @@ pub fn trap() -> ! {
     std::process::abort()
 }
 
+// ---------------------------------------------------------------- launch dependencies
+
+/// Host `griddepcontrol.wait`: nothing (an emulated call starts after the work before it).
+#[inline(always)]
+pub fn await_prior_grids() {}
+
+/// Host `griddepcontrol.launch_dependents`: nothing (nothing is launched early).
+#[inline(always)]
+pub fn launch_dependents() {}
+
 // ---------------------------------------------------------------- fences
 
 /// Host `fence.acq_rel.cta`: an acquire-release fence.

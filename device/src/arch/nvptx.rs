@@ -70,6 +70,25 @@ pub fn trap() -> ! {
     unsafe { nvptx::trap() }
 }
 
+// ---------------------------------------------------------------- launch dependencies
+
+/// `griddepcontrol.wait` (until the grids this launch depends on have completed and their writes are visible, sm_90)
+#[inline(always)]
+#[cfg(target_feature = "sm_90")]
+pub fn await_prior_grids() {
+    // SAFETY: a wait touches no memory; it orders this thread's later accesses after the
+    // prerequisite grids' writes.
+    unsafe { asm!("griddepcontrol.wait;", options(nostack)) }
+}
+
+/// `griddepcontrol.launch_dependents` (lets the launches that depend on this grid be scheduled, sm_90)
+#[inline(always)]
+#[cfg(target_feature = "sm_90")]
+pub fn launch_dependents() {
+    // SAFETY: a scheduling hint; touches no memory.
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) }
+}
+
 // ---------------------------------------------------------------- fences
 
 /// `fence.acq_rel.cta`

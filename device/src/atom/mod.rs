@@ -54,7 +54,9 @@ macro_rules! atom {
             reduce_to_all<$t:ident, $o:ident>(
                 $rcoop:ident, $rdsts:ident, $srcs:ident, $count:ident, $rsmem:ident
             ) => $reduce:expr
-            $(, after_wait() => $after_wait:expr)? $(,)?
+            $(, after_wait() => $after_wait:expr)?
+            $(, await_prior_grids() => $await_prior:expr, launch_dependents() => $launch:expr)?
+            $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -68,6 +70,18 @@ macro_rules! atom {
                 #[inline(always)]
                 fn after_wait() {
                     $after_wait
+                }
+            )?
+
+            $(
+                #[inline(always)]
+                fn await_prior_grids() {
+                    $await_prior
+                }
+
+                #[inline(always)]
+                fn launch_dependents() {
+                    $launch
                 }
             )?
 
@@ -207,6 +221,32 @@ pub trait Atom {
     /// ```
     #[inline(always)]
     fn after_wait() {}
+
+    /// Called by every thread of a collective before it touches memory that the work before
+    /// it on its stream may write: waits until that work has finished and its writes are
+    /// visible. An Atom whose architecture lets a launch start while the one before it runs
+    /// (a programmatic dependent launch) waits here; what comes before reads only the
+    /// launch's parameters. Provided: nothing (a launch starts after the work before it).
+    ///
+    /// ```
+    /// use purlin_device::atom::{Atom, Host};
+    /// Host::await_prior_grids();
+    /// ```
+    #[inline(always)]
+    fn await_prior_grids() {}
+
+    /// Called by every thread of a collective after [`await_prior_grids`](Self::await_prior_grids)
+    /// when the plan allows it ([`Plan::launch_dependents`](crate::snac::Plan::launch_dependents)):
+    /// lets the next launch on the stream, if launched as a programmatic dependent, be
+    /// scheduled now, to wait in its own `await_prior_grids` instead of starting after this
+    /// grid ends. Provided: nothing.
+    ///
+    /// ```
+    /// use purlin_device::atom::{Atom, Host};
+    /// Host::launch_dependents();
+    /// ```
+    #[inline(always)]
+    fn launch_dependents() {}
 
     /// `dst[i] = srcs[0][i] ⊕ srcs[1][i] ⊕ …` for `i < count`, in `f32`, sources in order.
     /// `dst` may equal one of the sources (each element is read before it is written).

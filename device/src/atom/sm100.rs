@@ -19,5 +19,9 @@ atom! {
         // Thread 0 issues the bulk copies (the async proxy): order its acquire before them,
         // and the peers' reads it waited for before its bulk writes into a reused slot.
         after_wait() => crate::arch::fence_proxy_async(),
+        // A launch may start while the one before it on its stream runs (programmatic
+        // dependent launch, sm_90): wait for it in the kernel instead.
+        await_prior_grids() => crate::arch::await_prior_grids(),
+        launch_dependents() => crate::arch::launch_dependents(),
     }
 }

@@ -35,7 +35,7 @@ pub(crate) const ALL_GATHER_V: Semantics = Semantics {
 /// As [`all_reduce`](super::all_reduce), with the sizes above.
 #[inline(always)]
 pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
-    let Some(c) = check::<C, { CollectiveKind::AllGather as u32 }>(args, ctx, 1, A::THREADS) else {
+    let Some(c) = check::<A, C, { CollectiveKind::AllGather as u32 }>(args, ctx, 1) else {
         return;
     };
     let (src, dst) = (
@@ -57,8 +57,7 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
 #[inline(always)]
 pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let elem = args.elem_bytes as u64;
-    let Some(c) = check::<C, { CollectiveKind::AllGatherV as u32 }>(args, ctx, elem, A::THREADS)
-    else {
+    let Some(c) = check::<A, C, { CollectiveKind::AllGatherV as u32 }>(args, ctx, elem) else {
         return;
     };
     // SAFETY: forwarded contract (`world` counts).

@@ -94,8 +94,7 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
     op: P,
 ) {
     let size = core::mem::size_of::<T>() as u64;
-    let Some(c) = check::<C, { CollectiveKind::AllReduce as u32 }>(args, ctx, size, A::THREADS)
-    else {
+    let Some(c) = check::<A, C, { CollectiveKind::AllReduce as u32 }>(args, ctx, size) else {
         return;
     };
     let bytes = args.bytes;

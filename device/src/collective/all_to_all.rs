@@ -36,7 +36,7 @@ pub(crate) const ALL_TO_ALL_V: Semantics = Semantics {
 /// As [`all_reduce`](super::all_reduce), with the sizes above.
 #[inline(always)]
 pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
-    let Some(c) = check::<C, { CollectiveKind::AllToAll as u32 }>(args, ctx, 1, A::THREADS) else {
+    let Some(c) = check::<A, C, { CollectiveKind::AllToAll as u32 }>(args, ctx, 1) else {
         return;
     };
     let (src, dst) = (
@@ -60,8 +60,7 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
 #[inline(always)]
 pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let elem = args.elem_bytes as u64;
-    let Some(c) = check::<C, { CollectiveKind::AllToAllV as u32 }>(args, ctx, elem, A::THREADS)
-    else {
+    let Some(c) = check::<A, C, { CollectiveKind::AllToAllV as u32 }>(args, ctx, elem) else {
         return;
     };
     // SAFETY: forwarded contract (`2 × world` counts).

@@ -47,17 +47,20 @@ impl<C, const K: u32> Copy for Checked<'_, C, K> {}
 /// Checks what every collective needs; records the refusal and returns `None` if the call
 /// cannot run.
 ///
-/// `elem` is the element size: sizes must be whole elements (V collectives: not zero);
-/// `threads` is the most threads per block the Atom's shared memory is laid out for.
+/// `elem` is the element size: sizes must be whole elements (V collectives: not zero). The
+/// checks read only the launch's parameters, so they run before the call waits for the work
+/// before it on its stream ([`Atom::await_prior_grids`]); everything after this function may
+/// read what that work wrote. Then, if the plan says so, the next launch may start
+/// ([`Atom::launch_dependents`]): only after the wait, so at most two of a rank's calls hold
+/// blocks at once.
 #[inline(always)]
-pub(super) fn check<'a, C: Config, const K: u32>(
+pub(super) fn check<'a, A: Atom, C: Config, const K: u32>(
     args: &'a SnacArgs,
     ctx: &'a Context,
     elem: u64,
-    threads: u32,
 ) -> Option<Checked<'a, C, K>> {
     let kind = Checked::<C, K>::KIND;
-    trace::mark(ctx, args.plan.trace != 0, args.block, trace::Point::Entry);
+    let threads = A::THREADS;
     let block_threads = crate::arch::block_threads();
     let refusal = if ctx.world == 0
         || ctx.world as usize > MAX_RANKS
@@ -84,6 +87,11 @@ pub(super) fn check<'a, C: Config, const K: u32>(
     } else {
         fixed_capacity(args, ctx.world, ctx.rank, kind.semantics())
     };
+    A::await_prior_grids();
+    trace::mark(ctx, args.plan.trace != 0, args.block, trace::Point::Entry);
+    if C::plan(&args.plan).launch_dependents != 0 {
+        A::launch_dependents();
+    }
     if let Some(why) = refusal {
         if ctx.state != 0 && crate::arch::thread_index() == 0 {
             let _ = Call::detached(ctx, kind.call(), args.block).refuse(

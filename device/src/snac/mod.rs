@@ -43,8 +43,9 @@
 //!   `blocks..coll_blocks` that no block of the call owns, so a later call with more blocks
 //!   reads the same epoch in every slot. Calls that move nothing (0 bytes, all V counts 0,
 //!   world 1) touch no epoch, signal or staging on any rank, since every rank sees the same
-//!   sizes. The next call's blocks start only when all of this call's blocks finished (stream
-//!   order), so they read the advanced slots.
+//!   sizes. The next call's blocks read memory only when all of this call's blocks finished
+//!   (stream order; a next call launched early, [`Plan::launch_dependents`], waits for that in
+//!   `collective::check` before its first read), so they read the advanced slots.
 //! - *Flags never mistaken.* Signals are monotonic and awaited with `>=`. A waiter of call
 //!   `c + 1` waits for at least `e_{c+1} + 1`, more than any flag of call `c`; a waiter of call
 //!   `c` that sees a flag of call `c + 1` knows the sender finished call `c`, so the flag it
@@ -180,6 +181,15 @@ pub struct Plan {
     /// time goes (`purlin::Context::last_call_trace`). Zero (the default) costs one untaken
     /// branch per phase.
     pub trace: u32,
+    /// Nonzero: once the call has waited for the work before it on its stream, it lets the
+    /// next launch on that stream, if launched as a programmatic dependent (sm_90 and later),
+    /// be scheduled, so that launch's start overlaps this call ([`Atom::launch_dependents`]).
+    /// Each rank decides for itself (not compared between ranks). The host sets it only
+    /// where both launches' blocks fit the GPU beside every other rank's; zero (the default)
+    /// leaves the next launch to start after this one ends.
+    ///
+    /// [`Atom::launch_dependents`]: crate::atom::Atom::launch_dependents
+    pub launch_dependents: u32,
 }
 
 impl Plan {
@@ -196,6 +206,7 @@ impl Plan {
         algorithm: 0,
         mode: ReductionMode::Default as u32,
         trace: 0,
+        launch_dependents: 0,
     };
 }
 

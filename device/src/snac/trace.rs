@@ -19,9 +19,10 @@ wire_enum! {
     /// A phase boundary of one call, in the order a call passes them.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Point {
-        /// The collective's entry, before its arguments are checked.
+        /// The collective's start: its arguments checked from the launch's parameters and the
+        /// work before it on its stream finished (a launch that started early waited for it).
         Entry = 0,
-        /// The arguments checked (the V counts read and validated): the call about to begin.
+        /// The call named in its digest (the V counts read and validated): about to begin.
         Checked = 1,
         /// The call began: the block's epoch read and shared (a barrier).
         Begun = 2,

@@ -190,6 +190,7 @@ unsafe fn launch_atom<Args: KernelArgs>(
             shape,
             || gpu.function(name, shape.smem_bytes),
             args,
+            crate::launch::StreamOrder::AfterPrevious,
         )
     }
 }

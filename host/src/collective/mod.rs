@@ -75,7 +75,7 @@ use crate::error::{Error, Result};
 use crate::kernels::kernel_name;
 pub use crate::kernels::{atom_threads, kernel_shape};
 pub use crate::launch::check_fused_shape;
-use crate::launch::{Kernel, KernelArg, LaunchShape};
+use crate::launch::{Kernel, KernelArg, LaunchShape, StreamOrder};
 use crate::memory::Span;
 use crate::validate;
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -133,6 +133,16 @@ pub struct Options {
     ///
     /// [`Plan::trace`]: purlin_device::snac::Plan::trace
     pub trace: bool,
+    /// Start the call's kernel only once the work before it on the stream has finished, as a
+    /// plain launch does. By default (`false`) a small call on an sm_90 or later GPU (one that
+    /// runs a latency path, with few enough blocks that two of its rank's calls fit the GPU
+    /// beside every other rank's) is a programmatic dependent launch: its kernel may be
+    /// scheduled while the call before it finishes and waits for that work before it reads
+    /// or writes any memory ([`Plan::launch_dependents`]). The results are the same either
+    /// way.
+    ///
+    /// [`Plan::launch_dependents`]: purlin_device::snac::Plan::launch_dependents
+    pub strict_order: bool,
 }
 
 /// One call, checked and ready to launch.

@@ -57,6 +57,11 @@ impl Context {
             shape.smem_bytes = purlin_device::snac::SNAC_SMEM_BYTES;
             shape.blocks =
                 purlin_device::collective::lean_blocks(self.world(), bytes, threads, shape.blocks);
+            // Such a call may overlap the next one on its stream: then a rank holds the
+            // blocks of two calls at once, which must still fit beside every other rank's.
+            plan.launch_dependents = (!options.strict_order
+                && overlaps_launches(gpu.arch())
+                && 2 * shape.blocks <= resident) as u32;
         }
         Ok((shape, plan))
     }
@@ -82,6 +87,13 @@ impl Context {
         call.args.plan = plan;
         call.args.blocks = shape.blocks;
         let name = kernel_name(call.kind, call.dtype, self.is_lean(call.kind, bytes, &plan));
+        // The call that may let its successor start early may also start early itself: its
+        // kernel waits for the work before it before touching memory (`collective::check`).
+        let order = if plan.launch_dependents != 0 {
+            StreamOrder::Overlapping
+        } else {
+            StreamOrder::AfterPrevious
+        };
         let ctx = self.device_view();
         match call.op {
             Some(op) => {
@@ -89,15 +101,22 @@ impl Context {
                 let kernel: Kernel<(SnacArgs, purlin_device::context::Context, u32)> =
                     unsafe { Kernel::new(name) };
                 // SAFETY: forwarded contract.
-                unsafe { self.launch(&kernel, shape, (call.args, ctx, op as u32)) }
+                unsafe { self.launch_ordered(&kernel, shape, (call.args, ctx, op as u32), order) }
             }
             None => {
                 // SAFETY: a copy kernel of purlin-kernels takes (SnacArgs, Context).
                 let kernel: Kernel<(SnacArgs, purlin_device::context::Context)> =
                     unsafe { Kernel::new(name) };
                 // SAFETY: forwarded contract.
-                unsafe { self.launch(&kernel, shape, (call.args, ctx)) }
+                unsafe { self.launch_ordered(&kernel, shape, (call.args, ctx), order) }
             }
         }
     }
+}
+
+/// Whether `arch`'s collectives can be launched while the kernel before them runs: sm_90 and
+/// later have programmatic dependent launch, and their Atoms wait for that kernel in the
+/// collective's check (`Atom::await_prior_grids`).
+fn overlaps_launches(arch: crate::ptx::Arch) -> bool {
+    arch.compute_capability() >= 90
 }
