@@ -751,6 +751,7 @@ fn small_calls_overlap_their_launches_only_where_two_fit() {
             WorkspaceRequirements::small(),
             |ctx, _| {
                 let mut errors = Vec::new();
+                let mut overlapping = 0;
                 let strict = Options {
                     strict_order: true,
                     ..Default::default()
@@ -761,6 +762,7 @@ fn small_calls_overlap_their_launches_only_where_two_fit() {
                         let lean = shape.smem_bytes == purlin_device::snac::SNAC_SMEM_BYTES;
                         let fits = 2 * shape.blocks <= gpu.sm_count() / world;
                         let expected = u32::from(overlaps && lean && fits);
+                        overlapping += plan.launch_dependents;
                         if plan.launch_dependents != expected {
                             errors.push(format!(
                             "world {world} {kind:?} {bytes} B: launch_dependents {} (lean {lean}, {} blocks)",
@@ -774,6 +776,10 @@ fn small_calls_overlap_their_launches_only_where_two_fit() {
                             ));
                         }
                     }
+                }
+                // The queued tests exercise overlapping launches only if small calls overlap.
+                if overlaps && overlapping == 0 {
+                    errors.push(format!("world {world}: no call overlaps its launch"));
                 }
                 errors
             },

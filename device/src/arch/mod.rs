@@ -1,6 +1,7 @@
 //! The one place with inline PTX: thread indices, barriers, launch dependencies, fences,
-//! scoped loads, stores and atomics, 16-byte vector access, `nanosleep`, `cp.async`, `cp.async.bulk` with `mbarrier`,
-//! dynamic shared memory and the few conversions the datapath needs.
+//! scoped loads, stores and atomics, 16-byte vector access, `nanosleep`, `cp.async`,
+//! `cp.async.bulk` with `mbarrier`, dynamic shared memory and the few conversions the datapath
+//! needs.
 //!
 //! Two implementations share one surface. On `nvptx64` every function is a single PTX
 //! instruction. On any other target the same functions run on CPU threads with `core`

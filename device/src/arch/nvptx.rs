@@ -72,7 +72,7 @@ pub fn trap() -> ! {
 
 // ---------------------------------------------------------------- launch dependencies
 
-/// `griddepcontrol.wait` (until the grids this launch depends on have completed and their writes are visible, sm_90)
+/// `griddepcontrol.wait` (until the grids this one depends on are done and visible, sm_90)
 #[inline(always)]
 #[cfg(target_feature = "sm_90")]
 pub fn await_prior_grids() {
@@ -81,7 +81,7 @@ pub fn await_prior_grids() {
     unsafe { asm!("griddepcontrol.wait;", options(nostack)) }
 }
 
-/// `griddepcontrol.launch_dependents` (lets the launches that depend on this grid be scheduled, sm_90)
+/// `griddepcontrol.launch_dependents` (lets this grid's dependents be scheduled, sm_90)
 #[inline(always)]
 #[cfg(target_feature = "sm_90")]
 pub fn launch_dependents() {

@@ -186,7 +186,8 @@ pub struct Plan {
     /// be scheduled, so that launch's start overlaps this call ([`Atom::launch_dependents`]).
     /// Each rank decides for itself (not compared between ranks). The host sets it only
     /// where both launches' blocks fit the GPU beside every other rank's; zero (the default)
-    /// leaves the next launch to start after this one ends.
+    /// leaves the next launch to start after this one ends. A kernel of yours that runs a
+    /// collective with it set lets its own programmatic dependents start from there.
     ///
     /// [`Atom::launch_dependents`]: crate::atom::Atom::launch_dependents
     pub launch_dependents: u32,

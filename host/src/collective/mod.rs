@@ -139,7 +139,10 @@ pub struct Options {
     /// beside every other rank's) is a programmatic dependent launch: its kernel may be
     /// scheduled while the call before it finishes and waits for that work before it reads
     /// or writes any memory ([`Plan::launch_dependents`]). The results are the same either
-    /// way.
+    /// way. Such a call also lets the launch after it start early if that launch asked to
+    /// (programmatic stream serialization): when several ranks share a GPU, launch a kernel
+    /// of yours that follows a collective plainly, or set this, since one that started early
+    /// holds SMs the other ranks' calls may still need.
     ///
     /// [`Plan::launch_dependents`]: purlin_device::snac::Plan::launch_dependents
     pub strict_order: bool,
