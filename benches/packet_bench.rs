@@ -37,7 +37,8 @@ struct Args {
 /// nanoseconds over all rounds, `[1]`: nonzero if a wait ran out).
 fn kernel(name: &str, store: &str, load: &str) -> String {
     let (st_ping, st_pong) = (store.replace("{at}", "%rd1"), store.replace("{at}", "%rd3"));
-    let (ld_ping, ld_pong) = (load.replace("{at}", "%rd1"), load.replace("{at}", "%rd3"));
+    let wait_ping = bounded_wait("PONG_WAIT", &load.replace("{at}", "%rd1"));
+    let wait_pong = bounded_wait("PING_WAIT", &load.replace("{at}", "%rd3"));
     format!(
         "
 .visible .entry {name}(.param .u64 buf, .param .u32 rounds, .param .u64 out)
@@ -64,15 +65,7 @@ PING_LOOP:
     @%p2 bra PING_END;
     cvt.u64.u32 %rd4, %r4;
     {st_ping}
-    mov.u32 %r5, 0;
-PING_WAIT:
-    {ld_pong}
-    add.u32 %r5, %r5, 1;
-    setp.gt.u32 %p3, %r5, 16777216;
-    @%p3 bra FAIL;
-    setp.ne.u64 %p2, %rd5, %rd4;
-    @%p2 bra PING_WAIT;
-    add.u32 %r4, %r4, 1;
+{wait_pong}    add.u32 %r4, %r4, 1;
     bra PING_LOOP;
 PING_END:
     mov.u64 %rd11, %globaltimer;
@@ -85,15 +78,7 @@ PONG_LOOP:
     setp.gt.u32 %p2, %r4, %r1;
     @%p2 bra DONE;
     cvt.u64.u32 %rd4, %r4;
-    mov.u32 %r5, 0;
-PONG_WAIT:
-    {ld_ping}
-    add.u32 %r5, %r5, 1;
-    setp.gt.u32 %p3, %r5, 16777216;
-    @%p3 bra FAIL;
-    setp.ne.u64 %p2, %rd5, %rd4;
-    @%p2 bra PONG_WAIT;
-    {st_pong}
+{wait_ping}    {st_pong}
     add.u32 %r4, %r4, 1;
     bra PONG_LOOP;
 FAIL:
@@ -102,6 +87,22 @@ FAIL:
 DONE:
     ret;
 }}
+"
+    )
+}
+
+/// The loop at `label` that loads with `load` until `%rd5` equals `%rd4`, leaving for `FAIL`
+/// after 2^24 polls.
+fn bounded_wait(label: &str, load: &str) -> String {
+    format!(
+        "    mov.u32 %r5, 0;
+{label}:
+    {load}
+    add.u32 %r5, %r5, 1;
+    setp.gt.u32 %p3, %r5, 16777216;
+    @%p3 bra FAIL;
+    setp.ne.u64 %p2, %rd5, %rd4;
+    @%p2 bra {label};
 "
     )
 }
