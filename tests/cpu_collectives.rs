@@ -216,11 +216,17 @@ fn all_reduce_matrix() {
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 for (i, bytes) in sizes(dtype.size() as u64).into_iter().enumerate() {
-                    let mut launch = Launch::new(CollectiveKind::AllReduce, bytes).typed(dtype, op);
-                    launch.plan = plan();
-                    launch.blocks = 1 + (i as u32 % 3);
-                    all_reduce_case(comm, rng, launch);
-                    *runs += 1;
+                    // The static operator (a fused kernel's form) and the run-time one (the
+                    // host-launched kernels', from their latency-only build when lean).
+                    for runtime_op in [false, true] {
+                        let mut launch =
+                            Launch::new(CollectiveKind::AllReduce, bytes).typed(dtype, op);
+                        launch.plan = plan();
+                        launch.blocks = 1 + (i as u32 % 3);
+                        launch.runtime_op = runtime_op;
+                        all_reduce_case(comm, rng, launch);
+                        *runs += 1;
+                    }
                 }
             }
         }
@@ -285,11 +291,14 @@ fn reduce_scatter_matrix() {
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 // Per-rank output sizes; the input is `world` times larger.
-                for (i, bytes) in sizes(dtype.size() as u64).into_iter().take(7).enumerate() {
+                let cases = sizes(dtype.size() as u64).into_iter().take(7).enumerate();
+                // Static and run-time operators, as `all_reduce_matrix`.
+                for ((i, bytes), runtime_op) in cases.flat_map(|c| [(c, false), (c, true)]) {
                     let mut launch =
                         Launch::new(CollectiveKind::ReduceScatter, bytes).typed(dtype, op);
                     launch.plan = plan();
                     launch.blocks = 1 + (i as u32 % 3);
+                    launch.runtime_op = runtime_op;
                     let n = bytes as usize;
                     let inputs =
                         random_inputs(rng, world, dtype, op, world as usize * n / dtype.size());
@@ -458,6 +467,13 @@ fn reduce_scatter_v_matrix() {
                 let inputs = random_inputs(rng, world, dtype, op, total as usize);
                 let mut launch = Launch::new(CollectiveKind::ReduceScatterV, 0).typed(dtype, op);
                 (launch.plan, launch.blocks) = (plan(), 1 + *runs % 4);
+                // In turn: the static operator with no bound on the counts (never lean), and
+                // the run-time one with the tightest bound (lean when small enough, from the
+                // latency-only build, as the host launches it; see `all_reduce_matrix`).
+                if *runs % 2 == 1 {
+                    launch.runtime_op = true;
+                    launch.max_count = counts.iter().copied().max().unwrap_or(0).max(1);
+                }
                 let src = buffers(&inputs);
                 let dst: Vec<Buffer> = counts
                     .iter()

@@ -30,7 +30,7 @@ use crate::context::{Context, LocalState, MAX_RANKS, WorkspaceLayout};
 use crate::element::{DataType, Element};
 use crate::op::{ReduceOp, ReduceOpKind, TypedVisitor, dispatch};
 use crate::snac::symmetric::PeerAccess;
-use crate::snac::{Plan, Runtime, SnacArgs, smem_bytes};
+use crate::snac::{Latency, Plan, Runtime, SnacArgs, smem_bytes};
 use core::fmt;
 use std::boxed::Box;
 use std::sync::RwLock;
@@ -817,11 +817,15 @@ impl Launch {
 /// # Safety
 /// As the entry point.
 unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
+    // The host launches a lean call (only SNAC's scratch, see `Queued::args`) from the
+    // latency-only build of its kernels: so do the copies and the run-time-operator forms here.
+    let latency = args.smem_bytes == crate::snac::SNAC_SMEM_BYTES;
     struct Typed {
         collective: CollectiveKind,
         args: SnacArgs,
         ctx: Context,
         op: Option<ReduceOpKind>,
+        latency: bool,
     }
     /// The dispatch of every collective, from the list: copies directly, reductions through
     /// the element type and operator ([`TypedVisitor`]).
@@ -834,7 +838,7 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
                     let (a, c) = (&self.args, &self.ctx);
                     match self.collective {
                         $(CollectiveKind::$kind => {
-                            calls!(@reduce $datapath $(($op))? $entry, T, O, a, c, self.op)
+                            calls!(@reduce $datapath $(($op))? $entry, T, O, a, c, self.op, self.latency)
                         })*
                     }
                 }
@@ -842,21 +846,22 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
             // SAFETY: forwarded contract.
             unsafe {
                 match launch.collective {
-                    $(CollectiveKind::$kind => calls!(@copy $datapath $(($op))? $entry, launch, args, ctx),)*
+                    $(CollectiveKind::$kind => calls!(@copy $datapath $(($op))? $entry, launch, args, ctx, latency),)*
                 }
             }
         };
-        (@reduce reduce($op:ident) $entry:ident, $t:ty, $o:ty, $a:ident, $c:ident, $runtime:expr) => {
+        (@reduce reduce($op:ident) $entry:ident, $t:ty, $o:ty, $a:ident, $c:ident, $runtime:expr, $latency:expr) => {
             // SAFETY: forwarded contract.
             unsafe {
                 match $runtime {
                     None => collective::$entry::<Host, Runtime, $t, $o>($a, $c),
+                    Some(op) if $latency => collective::$op::<Host, Latency, $t>($a, $c, op),
                     Some(op) => collective::$op::<Host, Runtime, $t>($a, $c, op),
                 }
             }
         };
-        (@reduce copy $entry:ident, $t:ty, $o:ty, $a:ident, $c:ident, $runtime:expr) => {{}};
-        (@copy reduce($op:ident) $entry:ident, $launch:ident, $args:ident, $ctx:ident) => {
+        (@reduce copy $entry:ident, $t:ty, $o:ty, $a:ident, $c:ident, $runtime:expr, $latency:expr) => {{}};
+        (@copy reduce($op:ident) $entry:ident, $launch:ident, $args:ident, $ctx:ident, $latency:ident) => {
             dispatch(
                 $launch.dtype,
                 $launch.op,
@@ -865,11 +870,16 @@ unsafe fn call(launch: Launch, args: SnacArgs, ctx: Context) {
                     args: $args,
                     ctx: $ctx,
                     op: $launch.runtime_op.then_some($launch.op),
+                    latency: $latency,
                 },
             )
         };
-        (@copy copy $entry:ident, $launch:ident, $args:ident, $ctx:ident) => {
-            collective::$entry::<Host, Runtime>(&$args, &$ctx)
+        (@copy copy $entry:ident, $launch:ident, $args:ident, $ctx:ident, $latency:ident) => {
+            if $latency {
+                collective::$entry::<Host, Latency>(&$args, &$ctx)
+            } else {
+                collective::$entry::<Host, Runtime>(&$args, &$ctx)
+            }
         };
     }
     crate::for_each_collective!(calls);

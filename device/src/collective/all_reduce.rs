@@ -16,7 +16,7 @@ use crate::layout::Split;
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::snac::latency::one_shot_fits;
 use crate::snac::symmetric::PeerAccess;
-use crate::snac::transfer::{Operator, Static, Typed};
+use crate::snac::transfer::{Operator, Static, Typed, by_op};
 use crate::snac::{Config, Plan, SnacArgs};
 
 /// AllReduce: both buffers hold the whole payload, and may be the same buffer; over symmetric
@@ -117,13 +117,17 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
             // SAFETY: `args.smem` holds the scratch; `ctx` valid; block checked.
             let mut call = unsafe { c.begin::<A>(&digest) };
             let (dst, src, blocks) = (args.dst, args.src, args.blocks);
-            // SAFETY (both arms): forwarded contract; the payload fits the windows (checked by
+            // The operator is chosen once, here, rather than at each unit's fold: each
+            // operator's packet path is then one stretch of code (a run-time operator's `match`
+            // in every fold interleaves the four datapaths, and a small call's time goes to
+            // fetching the code it runs).
+            // SAFETY (every arm): forwarded contract; the payload fits the windows (checked by
             // the choice).
-            let _ = if algorithm == Algorithm::OneShot {
-                unsafe { packets::one_shot::<T, P>(&call, dst, src, bytes, blocks, op) }
+            let _ = by_op!(op.kind(), O => if algorithm == Algorithm::OneShot {
+                unsafe { packets::one_shot::<T, Static<O>>(&call, dst, src, bytes, blocks, Static::NEW) }
             } else {
-                unsafe { packets::two_shot::<T, P>(&call, dst, src, bytes, blocks, op) }
-            };
+                unsafe { packets::two_shot::<T, Static<O>>(&call, dst, src, bytes, blocks, Static::NEW) }
+            });
             c.finish(&mut call, 1);
         }
         _ if ctx.world == 2 => {

@@ -8,7 +8,7 @@ use super::sync::Left;
 use crate::atom::{Atom, MAX_DESTINATIONS, copy_bytes, reduce_scalar};
 use crate::coop::Coop;
 use crate::element::Element;
-use crate::op::{Max, Min, Prod, ReduceOp, ReduceOpKind, Sum};
+use crate::op::{ReduceOp, ReduceOpKind};
 
 /// Copies `bytes` bytes, any alignment. Every thread of the block calls with the same values.
 ///
@@ -197,25 +197,26 @@ impl<O: ReduceOp> Operator for Static<O> {
 macro_rules! by_op {
     ($op:expr, $o:ident => $e:expr) => {
         match $op {
-            ReduceOpKind::Sum => {
-                type $o = Sum;
+            $crate::op::ReduceOpKind::Sum => {
+                type $o = $crate::op::Sum;
                 $e
             }
-            ReduceOpKind::Max => {
-                type $o = Max;
+            $crate::op::ReduceOpKind::Max => {
+                type $o = $crate::op::Max;
                 $e
             }
-            ReduceOpKind::Min => {
-                type $o = Min;
+            $crate::op::ReduceOpKind::Min => {
+                type $o = $crate::op::Min;
                 $e
             }
-            ReduceOpKind::Prod => {
-                type $o = Prod;
+            $crate::op::ReduceOpKind::Prod => {
+                type $o = $crate::op::Prod;
                 $e
             }
         }
     };
 }
+pub(crate) use by_op;
 
 impl Operator for ReduceOpKind {
     #[inline(always)]
