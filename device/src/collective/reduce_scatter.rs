@@ -11,7 +11,7 @@ use crate::layout::{Layout, Scattered, ScatteredV};
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::snac::digest::Digest;
 use crate::snac::symmetric::PeerAccess;
-use crate::snac::transfer::{Operator, Reducer, Static, Typed, by_op};
+use crate::snac::transfer::{Operator, Reducer, Static, Typed};
 use crate::snac::{Config, SnacArgs};
 
 /// ReduceScatter: `src` holds every rank's part, `dst` this rank's, which may be its part of
@@ -84,6 +84,7 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
     let Some(c) = check::<A, C, K>(args, ctx, size) else {
         return;
     };
+    let reducer = Typed::<T, P>::new(op);
     let id = Identity::reduction::<T, P>(op);
     if Checked::<C, K>::KIND.is_v() {
         // SAFETY: forwarded contract (`world` counts).
@@ -97,38 +98,12 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
         };
         let digest = id.digest(&c, args.max_count, v.word);
         // SAFETY: forwarded contract.
-        unsafe { scatter_with::<A, C, _, T, P, K>(&c, layout, op, &digest) }
+        unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     } else {
         let layout = Scattered { bytes: args.bytes };
         let digest = id.digest(&c, args.bytes, 0);
         // SAFETY: forwarded contract.
-        unsafe { scatter_with::<A, C, _, T, P, K>(&c, layout, op, &digest) }
-    }
-}
-
-/// [`scatter`] reducing `T` with `op`. A latency-only kernel ([`Config::LATENCY_ONLY`]) chooses
-/// the operator once, here, so that each operator's packet path is one stretch of code (as
-/// AllReduce's, see `all_reduce_with`); the other kernels keep one datapath that matches on
-/// the operator at each use.
-///
-/// # Safety
-/// As [`scatter`].
-#[inline(always)]
-unsafe fn scatter_with<A: Atom, C: Config, L: Layout, T: Element, P: Operator, const K: u32>(
-    c: &Checked<C, K>,
-    layout: L,
-    op: P,
-    digest: &Digest,
-) {
-    if C::LATENCY_ONLY {
-        let kind = op.kind();
-        // SAFETY (every arm): forwarded contract.
-        by_op!(kind, O => unsafe {
-            scatter::<A, C, _, _, K>(c, layout, Typed::<T, Static<O>>::new(Static::NEW), digest)
-        })
-    } else {
-        // SAFETY: forwarded contract.
-        unsafe { scatter::<A, C, _, _, K>(c, layout, Typed::<T, P>::new(op), digest) }
+        unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     }
 }
 
