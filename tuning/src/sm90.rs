@@ -7,8 +7,8 @@
 //! resident (132 SMs / world). The two-shot bounds are the original's H200 starting points
 //! (the tuner keeps them). The latency thresholds at 8 ranks (every collective) and of
 //! AllReduce at 4 and 2 ranks were measured on 2026-12-03 (H200, fad8cc5, one graph: each
-//! collective from 32 KiB to 4 MiB per part with these thresholds and with the latency regime
-//! wherever it fits, `benches/results/2026-12-03-h200-fad8cc5-threshold-*`): each is the
+//! collective from 32 KiB to 4 MiB per part with the earlier thresholds (128 KiB at 8 ranks)
+//! and with the latency regime wherever it fits, `benches/results/2026-12-03-h200-fad8cc5-threshold-*`): each is the
 //! largest size at which the packets were still faster (AllReduce: 2 MiB at 8 and 2 ranks,
 //! 4 MiB at 4; `bound × world` of 512 KiB for AllGather and AllToAll, 1 MiB for
 //! ReduceScatter); the other worlds keep the original's. The V forms take their fixed-size
