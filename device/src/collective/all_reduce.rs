@@ -114,8 +114,6 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
     let b = Buffers::of(args, ctx);
     match algorithm {
         Algorithm::OneShot | Algorithm::TwoShot => {
-            // SAFETY: `args.smem` holds the scratch; `ctx` valid; block checked.
-            let mut call = unsafe { c.begin::<A>(&digest) };
             let (dst, src, blocks) = (args.dst, args.src, args.blocks);
             // The operator is chosen once, here, rather than at each unit's fold, so each
             // operator's packet path is one stretch of code: 0.6-0.8 us less per small call at
@@ -123,12 +121,15 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
             // nothing from the same change and keeps its run-time `match`.
             // SAFETY (every arm): forwarded contract; the payload fits the windows (checked by
             // the choice).
-            let _ = by_op!(op.kind(), O => if algorithm == Algorithm::OneShot {
-                unsafe { packets::one_shot::<T, Static<O>>(&call, dst, src, bytes, blocks, Static::NEW) }
-            } else {
-                unsafe { packets::two_shot::<T, Static<O>>(&call, dst, src, bytes, blocks, Static::NEW) }
-            });
-            c.finish(&mut call, 1);
+            unsafe {
+                c.packets::<A>(&digest, |call| {
+                    by_op!(op.kind(), O => if algorithm == Algorithm::OneShot {
+                        packets::one_shot::<T, Static<O>>(call, dst, src, bytes, blocks, Static::NEW)
+                    } else {
+                        packets::two_shot::<T, Static<O>>(call, dst, src, bytes, blocks, Static::NEW)
+                    })
+                })
+            }
         }
         _ if ctx.world == 2 => {
             let streams = Direct { b, bytes };

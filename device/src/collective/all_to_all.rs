@@ -8,7 +8,13 @@ use crate::atom::Atom;
 use crate::context::Context;
 use crate::layout::{Layout, Scattered, ScatteredV, Transposed, TransposedV};
 use crate::snac::digest::Digest;
+use crate::snac::latency::{
+    Lanes, gather_unit, lanes, load_unit, put_unit, store_unit, units, window,
+};
+use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
+use crate::snac::sync::{Call, Left};
+use crate::snac::trace::Point;
 use crate::snac::{Config, SnacArgs};
 
 /// AllToAll: both buffers hold a part for every rank and may not overlap; over symmetric inputs
@@ -44,6 +50,11 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         Transposed { bytes: args.bytes },
     );
     let digest = Identity::copy(1).digest(&c, args.bytes, 0);
+    if ctx.world > 1 && args.bytes > 0 && c.lean() {
+        let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
+        // SAFETY: forwarded contract; every part fits a window (`lean`).
+        return unsafe { c.packets::<A>(&digest, |call| packets(call, dst, src, bytes, blocks)) };
+    }
     let empty_call = args.bytes == 0;
     // SAFETY: forwarded contract.
     unsafe { exchange_with::<A, C, _, _, _>(&c, src, dst, &digest, empty_call) }
@@ -85,6 +96,65 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     // on the size with the others.
     // SAFETY: forwarded contract.
     unsafe { exchange_with::<A, C, _, _, _>(&c, src, dst, &digest, false) }
+}
+
+/// AllToAll over packets, one trip: each thread sends its units of part `q` of `src` to rank
+/// `q` and copies its units of this rank's own part, then copies the same units of every
+/// peer's part for this rank from the windows here.
+///
+/// # Safety
+/// As [`all_to_all`]; every part fits a latency window; every thread of every block of the
+/// call runs it with the same values.
+#[inline(never)]
+unsafe fn packets(
+    call: &Call,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: u64,
+    blocks: u32,
+) -> Result<(), Left> {
+    let (me, world) = (call.me(), call.world());
+    let flag = packet::flag32(call.epoch);
+    let units = units(bytes);
+    let at = |p: u32| (p as u64 * bytes) as usize;
+    let Lanes {
+        first,
+        stride,
+        warp_kept,
+    } = lanes(call, blocks, units);
+    let mut u = first;
+    while u < units {
+        for q in 0..world {
+            // SAFETY: part q of `src` (forwarded contract).
+            let v = unsafe { load_unit(src.wrapping_add(at(q)), u, bytes) };
+            if q == me {
+                // SAFETY: this rank's part of `dst`, which does not overlap `src`.
+                unsafe { store_unit(dst.wrapping_add(at(me)), u, bytes, v) };
+            } else {
+                // SAFETY: rank q's window for this rank holds every unit.
+                unsafe { put_unit(window(call, q, me), u, v, flag) };
+            }
+        }
+        u += stride;
+    }
+    call.mark(Point::Sent);
+    call.check_digests_early(warp_kept);
+    let mut u = first;
+    while u < units {
+        // SAFETY: this rank's window for every peer holds the peer's units; `own` stands for
+        // this rank's part (already stored).
+        unsafe {
+            gather_unit(call, u, flag, Some(0), |p, v| {
+                if p != me {
+                    // SAFETY: part p of `dst`.
+                    store_unit(dst.wrapping_add(at(p)), u, bytes, v)
+                }
+            })?
+        };
+        u += stride;
+    }
+    call.mark(Point::Received);
+    Ok(())
 }
 
 /// # Safety

@@ -15,7 +15,7 @@ use crate::snac::digest::{self, Digest};
 use crate::snac::latency;
 use crate::snac::staging::{Engine, Get, Streams};
 use crate::snac::symmetric::{self, OnePass, Symmetric};
-use crate::snac::sync::Call;
+use crate::snac::sync::{Call, Left};
 use crate::snac::trace;
 use crate::snac::transfer::{self, NoReduce, Operator, Reducer};
 use crate::snac::{
@@ -525,6 +525,24 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             starts,
             word,
         })
+    }
+
+    /// Runs a collective's own packet path on this block: begins the call, runs `path` with it
+    /// and finishes (one epoch). For a call that is [`lean`] and moves bytes on a world of two
+    /// or more; the path's window and bound checks are the caller's.
+    ///
+    /// # Safety
+    /// As the entry points; every thread of every block calls, with the same digest.
+    #[inline(always)]
+    pub(super) unsafe fn packets<A: Atom>(
+        self,
+        digest: &Digest,
+        path: impl FnOnce(&Call) -> Result<(), Left>,
+    ) {
+        // SAFETY: forwarded contract.
+        let mut call = unsafe { self.begin::<A>(digest) };
+        let _ = path(&call);
+        self.finish(&mut call, 1);
     }
 
     /// A call that moves nothing on any rank (0 bytes, or every V count 0): the ranks still

@@ -10,7 +10,13 @@ use crate::element::Element;
 use crate::layout::{Layout, Scattered, ScatteredV};
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::snac::digest::Digest;
+use crate::snac::latency::{
+    Lanes, gather_unit, lanes, load_unit, put_unit, store_unit, units, window,
+};
+use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
+use crate::snac::sync::{Call, Left};
+use crate::snac::trace::Point;
 use crate::snac::transfer::{Operator, Reducer, Static, Typed};
 use crate::snac::{Config, SnacArgs};
 
@@ -102,9 +108,73 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
     } else {
         let layout = Scattered { bytes: args.bytes };
         let digest = id.digest(&c, args.bytes, 0);
+        if ctx.world > 1 && args.bytes > 0 && c.lean() {
+            let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
+            // SAFETY: forwarded contract; every part fits a window (`lean`).
+            return unsafe {
+                c.packets::<A>(&digest, |call| {
+                    packets(call, dst, src, bytes, blocks, reducer)
+                })
+            };
+        }
         // SAFETY: forwarded contract.
         unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     }
+}
+
+/// ReduceScatter over packets, one trip: each thread sends its units of part `q` of `src` to
+/// rank `q`, then reduces the same units of this rank's part over every rank, in rank order
+/// (its own from `src`), into `dst`.
+///
+/// # Safety
+/// As [`reduce_scatter`]; every part fits a latency window; every thread of every block of the
+/// call runs it with the same values.
+#[inline(never)]
+unsafe fn packets<R: Reducer>(
+    call: &Call,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: u64,
+    blocks: u32,
+    reducer: R,
+) -> Result<(), Left> {
+    let (me, world) = (call.me(), call.world());
+    let flag = packet::flag32(call.epoch);
+    let units = units(bytes);
+    let part = |p: u32| src.wrapping_add((p as u64 * bytes) as usize);
+    let Lanes {
+        first,
+        stride,
+        warp_kept,
+    } = lanes(call, blocks, units);
+    let mut u = first;
+    while u < units {
+        for q in 0..world {
+            if q != me {
+                // SAFETY: part q of `src`; rank q's window for this rank holds every unit.
+                unsafe { put_unit(window(call, q, me), u, load_unit(part(q), u, bytes), flag) };
+            }
+        }
+        u += stride;
+    }
+    call.mark(Point::Sent);
+    call.check_digests_early(warp_kept);
+    let mut u = first;
+    while u < units {
+        let mut acc = R::Acc::default();
+        // SAFETY: this rank's part of `src` (which `dst` may be: the same thread reads unit u
+        // before it writes it); this rank's window for every peer holds the peer's units.
+        unsafe {
+            let own = load_unit(part(me), u, bytes);
+            gather_unit(call, u, flag, Some(own), |p, v| {
+                reducer.fold_unit(&mut acc, p == 0, v)
+            })?;
+            store_unit(dst, u, bytes, reducer.unit_of(acc));
+        }
+        u += stride;
+    }
+    call.mark(Point::Received);
+    Ok(())
 }
 
 /// # Safety

@@ -114,6 +114,21 @@ pub(crate) unsafe fn put_unit(window: *mut u8, index: u64, v: u128, flag: u32) {
     }
 }
 
+/// Sends unit `index` to every peer: into the window each keeps for this rank.
+///
+/// # Safety
+/// Every peer's window for this rank holds at least `index + 1` units.
+#[inline(always)]
+pub(crate) unsafe fn put_to_peers(call: &Call, index: u64, v: u128, flag: u32) {
+    let me = call.me();
+    for q in 0..call.world() {
+        if q != me {
+            // SAFETY: the caller's contract.
+            unsafe { put_unit(window(call, q, me), index, v, flag) };
+        }
+    }
+}
+
 /// [`get_unit`] out of line: the wait for a unit that was not there at the first look, kept
 /// out of the unrolled loops that look at several ranks' units at once.
 ///

@@ -15,8 +15,8 @@
 use crate::element::Element;
 use crate::partition::even_split;
 use crate::snac::latency::{
-    Lanes, UNIT_WINDOW, gather_unit, get_unit, lanes, load_unit, put_unit, store_unit, units,
-    window,
+    Lanes, UNIT_WINDOW, gather_unit, get_unit, lanes, load_unit, put_to_peers, put_unit,
+    store_unit, units, window,
 };
 use crate::snac::packet;
 use crate::snac::sync::{Call, Left};
@@ -84,7 +84,6 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
     blocks: u32,
     op: P,
 ) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
     let units = units(bytes);
     let Lanes {
@@ -96,12 +95,8 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
     while u < units {
         // SAFETY: forwarded contract.
         let v = unsafe { load_unit(src, u, bytes) };
-        for q in 0..world {
-            if q != me {
-                // SAFETY: the peer's window for this rank holds every unit.
-                unsafe { put_unit(window(call, q, me), u, v, flag) };
-            }
-        }
+        // SAFETY: every peer's window for this rank holds every unit.
+        unsafe { put_to_peers(call, u, v, flag) };
         u += stride;
     }
     call.mark(Point::Sent);
