@@ -188,6 +188,41 @@ fn v_counts_above_max_or_past_the_input_or_overflowing_are_refused() {
     assert!(out.iter().all(|o| o.iter().all(|&b| b == 0xa5)));
 }
 
+/// AllToAllV counts in which a rank sends itself a different number of elements than it
+/// receives from itself are refused on that rank before any byte moves: no peer compares that
+/// pair, and copying what it sends into the room for what it receives ran past the output
+/// (here rank 1 sends itself 12 elements into room for 4 at the end of its output).
+#[test]
+fn all_to_all_v_counts_a_rank_sends_itself_must_match_what_it_receives() {
+    // The same counts on both ranks: sent [4, 12], received [12, 4]. The pairs between the
+    // ranks agree (rank 1 sends rank 0 four, rank 0 expects four), the self pairs do not.
+    let (ran, out, elapsed) = v_call(
+        2,
+        CollectiveKind::AllToAllV,
+        &[4, 12, 12, 4],
+        64,
+        &[64, 64],
+        16,
+    );
+    let faults = faults_of(ran.expect_err("self counts that differ must be refused"));
+    assert!(elapsed < PROMPT, "took {elapsed:?}");
+    let refused: Vec<&Fault> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::InvalidArgument)
+        .collect();
+    assert_eq!(refused.len(), 2, "{faults:?}");
+    for f in refused {
+        assert_eq!(f.refusal(), Refusal::SelfCounts, "{f}");
+        let (sent, received) = if f.rank == 0 { (4, 12) } else { (12, 4) };
+        assert_eq!((f.observed, f.awaited), (sent, received), "{f}");
+        assert!(f.to_string().contains("itself"), "{f}");
+    }
+    assert!(
+        out.iter().all(|o| o.iter().all(|&b| b == 0xa5)),
+        "an output was written"
+    );
+}
+
 /// AllToAll with its input as its output, and AllGather with an input that overlaps the output
 /// but is not this rank's part, are refused; in-place AllGather runs.
 #[test]

@@ -477,6 +477,20 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             );
             // SAFETY: written just above (the sum of this half's counts before this rank's).
             let before = unsafe { starts.add(rank).read_volatile() };
+            // No peer compares what this rank sends itself with what it receives from itself;
+            // the copy between the two would write the first into room for the second.
+            if refusal.is_none() && s.per_pair() {
+                // SAFETY: inside the scratch (`2 × world` counts), written before the barrier.
+                let (sent, received) = unsafe {
+                    (
+                        counts.add(rank).read_volatile(),
+                        counts.add(w + rank).read_volatile(),
+                    )
+                };
+                if sent != received {
+                    refusal = Some((Refusal::SelfCounts, ctx.rank, received, sent));
+                }
+            }
             if refusal.is_none() {
                 refusal = match (src, dst) {
                     (None, _) | (_, None) => Some((Refusal::SizeOverflow, 0, u64::MAX, u64::MAX)),

@@ -163,6 +163,11 @@ impl fmt::Display for Fault {
                         self.awaited
                     ),
                     Refusal::BlockThreads => write!(f, " ({} threads)", self.observed),
+                    Refusal::SelfCounts => write!(
+                        f,
+                        " ({} elements sent, {} received)",
+                        self.observed, self.awaited
+                    ),
                     _ => Ok(()),
                 }
             }

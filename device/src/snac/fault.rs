@@ -89,6 +89,9 @@ wire_enum! {
         /// Symmetric-buffer tables that do not hold this rank's own `src` / `dst` at its rank, or
         /// an identity without tables (see [`SnacArgs::buffers`](super::SnacArgs::buffers)).
         SymmetricBuffers = 12 => "symmetric-buffer tables that do not name this rank's own buffers",
+        /// AllToAllV counts by which this rank sends itself a different number of elements than
+        /// it receives from itself (the fault holds both).
+        SelfCounts = 13 => "AllToAllV counts that send this rank a different number of elements than it receives from itself",
     }
 
     /// The reason with this value (`Unknown` for others).
