@@ -117,8 +117,8 @@ unsafe fn all_reduce_with<A: Atom, C: Config, T: Element, P: Operator>(
             let (dst, src, blocks) = (args.dst, args.src, args.blocks);
             // The operator is chosen once, here, rather than at each unit's fold, so each
             // operator's packet path is one stretch of code: 0.6-0.8 us less per small call at
-            // 8 ranks on the H200 (`benches/RESULTS.md`). ReduceScatter's packet path gained
-            // nothing from the same change and keeps its run-time `match`.
+            // 8 ranks on the H200 (`benches/RESULTS.md`); ReduceScatter's own packet path does
+            // the same.
             // SAFETY (every arm): forwarded contract; the payload fits the windows (checked by
             // the choice).
             unsafe {

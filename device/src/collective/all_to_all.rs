@@ -8,9 +8,7 @@ use crate::atom::Atom;
 use crate::context::Context;
 use crate::layout::{Layout, Scattered, ScatteredV, Transposed, TransposedV};
 use crate::snac::digest::Digest;
-use crate::snac::latency::{
-    Lanes, gather_unit, lanes, load_unit, put_unit, store_unit, units, window,
-};
+use crate::snac::latency::{Lanes, gather_unit, lanes, load_unit, scatter_unit, store_unit, units};
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
 use crate::snac::sync::{Call, Left};
@@ -113,7 +111,7 @@ unsafe fn packets(
     bytes: u64,
     blocks: u32,
 ) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
+    let me = call.me();
     let flag = packet::flag32(call.epoch);
     let units = units(bytes);
     let at = |p: u32| (p as u64 * bytes) as usize;
@@ -124,17 +122,15 @@ unsafe fn packets(
     } = lanes(call, blocks, units);
     let mut u = first;
     while u < units {
-        for q in 0..world {
-            // SAFETY: part q of `src` (forwarded contract).
-            let v = unsafe { load_unit(src.wrapping_add(at(q)), u, bytes) };
-            if q == me {
-                // SAFETY: this rank's part of `dst`, which does not overlap `src`.
-                unsafe { store_unit(dst.wrapping_add(at(me)), u, bytes, v) };
-            } else {
-                // SAFETY: rank q's window for this rank holds every unit.
-                unsafe { put_unit(window(call, q, me), u, v, flag) };
-            }
-        }
+        // SAFETY: every part of `src` (forwarded contract); every peer's window for this rank
+        // holds every unit.
+        let own = unsafe {
+            scatter_unit(call, u, flag, |q| {
+                load_unit(src.wrapping_add(at(q)), u, bytes)
+            })
+        };
+        // SAFETY: this rank's part of `dst`, which does not overlap `src`.
+        unsafe { store_unit(dst.wrapping_add(at(me)), u, bytes, own) };
         u += stride;
     }
     call.mark(Point::Sent);

@@ -10,14 +10,12 @@ use crate::element::Element;
 use crate::layout::{Layout, Scattered, ScatteredV};
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::snac::digest::Digest;
-use crate::snac::latency::{
-    Lanes, gather_unit, lanes, load_unit, put_unit, store_unit, units, window,
-};
+use crate::snac::latency::{Lanes, gather_unit, lanes, load_unit, scatter_unit, store_unit, units};
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
 use crate::snac::sync::{Call, Left};
 use crate::snac::trace::Point;
-use crate::snac::transfer::{Operator, Reducer, Static, Typed};
+use crate::snac::transfer::{Operator, Reducer, Static, Typed, by_op};
 use crate::snac::{Config, SnacArgs};
 
 /// ReduceScatter: `src` holds every rank's part, `dst` this rank's, which may be its part of
@@ -110,10 +108,14 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
         let digest = id.digest(&c, args.bytes, 0);
         if ctx.world > 1 && args.bytes > 0 && c.lean() {
             let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
+            // The operator is chosen once, as AllReduce's packet paths do, so that each
+            // operator's path is one stretch of code.
             // SAFETY: forwarded contract; every part fits a window (`lean`).
             return unsafe {
                 c.packets::<A>(&digest, |call| {
-                    packets(call, dst, src, bytes, blocks, reducer)
+                    by_op!(op.kind(), O => {
+                        packets(call, dst, src, bytes, blocks, Typed::<T, Static<O>>::new(Static::NEW))
+                    })
                 })
             };
         }
@@ -138,7 +140,7 @@ unsafe fn packets<R: Reducer>(
     blocks: u32,
     reducer: R,
 ) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
+    let me = call.me();
     let flag = packet::flag32(call.epoch);
     let units = units(bytes);
     let part = |p: u32| src.wrapping_add((p as u64 * bytes) as usize);
@@ -149,12 +151,10 @@ unsafe fn packets<R: Reducer>(
     } = lanes(call, blocks, units);
     let mut u = first;
     while u < units {
-        for q in 0..world {
-            if q != me {
-                // SAFETY: part q of `src`; rank q's window for this rank holds every unit.
-                unsafe { put_unit(window(call, q, me), u, load_unit(part(q), u, bytes), flag) };
-            }
-        }
+        // SAFETY: every part of `src` (forwarded contract); every peer's window for this rank
+        // holds every unit. This rank's unit is loaded again when reduced: keeping it would
+        // hold a register per unit across the wait.
+        let _ = unsafe { scatter_unit(call, u, flag, |q| load_unit(part(q), u, bytes)) };
         u += stride;
     }
     call.mark(Point::Sent);

@@ -253,6 +253,47 @@ pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
     Ok(())
 }
 
+/// Sends unit `index` of every rank's part to that rank (into the window it keeps for this
+/// rank), `part(q)` loading part q's unit, and returns this rank's own unit (not sent). The
+/// units of [`IN_FLIGHT`] ranks are loaded before any is sent: a load waits for its bytes only
+/// where they are used, and the packet stores are ordered after it, so loading and sending
+/// each in turn costs a memory round trip per rank (ReduceScatter at 8 ranks on the H200:
+/// 2.9 µs from announcing to the last packet sent, against 1.7 for AllGather's one load).
+///
+/// # Safety
+/// Every peer's window for this rank holds at least `index + 1` units; `part(q)` may be
+/// called for every rank `q`.
+#[inline(always)]
+pub(crate) unsafe fn scatter_unit(
+    call: &Call,
+    index: u64,
+    flag: u32,
+    part: impl Fn(u32) -> u128,
+) -> u128 {
+    let (me, world) = (call.me(), call.world());
+    let mut own = 0;
+    let mut base = 0;
+    while base < world {
+        let mut units = [0u128; IN_FLIGHT as usize];
+        in_flight!(i => {
+            if base + i < world {
+                units[i as usize] = part(base + i);
+            }
+        });
+        in_flight!(i => {
+            let q = base + i;
+            if q == me {
+                own = units[i as usize];
+            } else if q < world {
+                // SAFETY: rank q's window for this rank holds the unit (the caller's contract).
+                unsafe { put_unit(window(call, q, me), index, units[i as usize], flag) };
+            }
+        });
+        base += IN_FLIGHT;
+    }
+    own
+}
+
 /// This thread's share of a packet path's units: its first unit, the stride, and whether
 /// block 0's last warp is kept out of the data to check the digests meanwhile
 /// ([`Call::check_digests_early`]). The call's `blocks × threads` threads take the units in
