@@ -422,6 +422,12 @@ fn skewed_counts(rng: &mut SmallRng, n: usize, big: u64) -> Vec<u64> {
     counts
 }
 
+/// `big` for [`skewed_counts`] such that every count it draws keeps a V call with the tightest
+/// `max_count` in the latency regime ([`THRESHOLD`] over the world).
+fn lean_count(world: u32, elem: u32) -> u64 {
+    (THRESHOLD / 2 / world as u64 / elem as u64).max(1)
+}
+
 fn counts_buffers(world: u32, counts: &[u64]) -> Vec<Buffer> {
     (0..world).map(|_| Buffer::from_slice(counts)).collect()
 }
@@ -429,9 +435,16 @@ fn counts_buffers(world: u32, counts: &[u64]) -> Vec<Buffer> {
 #[test]
 fn all_gather_v_matrix() {
     for_every_world("all_gather_v_matrix", |world, comm, rng, runs| {
-        for case in 0..12u32 {
+        for case in 0..16u32 {
             let elem = [1u32, 2, 4][case as usize % 3];
-            let counts = skewed_counts(rng, world as usize, 3 * HALF / elem as u64);
+            // Odd cases: counts small enough for the packet path, and the tightest bound.
+            let lean = case % 2 == 1;
+            let big = if lean {
+                lean_count(world, elem)
+            } else {
+                3 * HALF / elem as u64
+            };
+            let counts = skewed_counts(rng, world as usize, big);
             let inputs: Vec<Vec<u8>> = counts
                 .iter()
                 .map(|&c| random_bytes(rng, (c * elem as u64) as usize))
@@ -439,6 +452,9 @@ fn all_gather_v_matrix() {
             let total: usize = inputs.iter().map(Vec::len).sum();
             let mut launch = Launch::new(CollectiveKind::AllGatherV, 0);
             (launch.plan, launch.elem_bytes, launch.blocks) = (plan(), elem, 1 + case % 4);
+            if lean {
+                launch.max_count = counts.iter().copied().max().unwrap_or(0).max(1);
+            }
             let (src, dst) = (buffers(&inputs), poisoned(world, total));
             comm.run(&launch, &src, &dst, Some(&counts_buffers(world, &counts)))
                 .unwrap_or_else(|e| panic!("{counts:?}: {e}"));
@@ -456,7 +472,14 @@ fn reduce_scatter_v_matrix() {
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 let size = dtype.size();
-                let counts = skewed_counts(rng, world as usize, 2 * HALF / size as u64);
+                // Every fourth run: counts small enough for the packet path (with the tight
+                // bound below).
+                let big = if *runs % 4 == 3 {
+                    lean_count(world, size as u32)
+                } else {
+                    2 * HALF / size as u64
+                };
+                let counts = skewed_counts(rng, world as usize, big);
                 let total: u64 = counts.iter().sum();
                 let offsets: Vec<usize> = counts
                     .iter()
@@ -500,8 +523,14 @@ fn reduce_scatter_v_matrix() {
     });
 }
 
-/// A random AllToAllV exchange: `m[p][q]` elements go from `p` to `q`.
-fn a2av_case(comm: &Communicator, rng: &mut SmallRng, elem: u32, blocks: u32, m: &[Vec<u64>]) {
+/// A random AllToAllV exchange: `m[p][q]` elements go from `p` to `q`; `tight`: the largest
+/// count as `max_count` (else no bound).
+fn a2av_case(
+    comm: &Communicator,
+    rng: &mut SmallRng,
+    (elem, blocks, tight): (u32, u32, bool),
+    m: &[Vec<u64>],
+) {
     let world = comm.world();
     let w = world as usize;
     let e = elem as usize;
@@ -521,6 +550,9 @@ fn a2av_case(comm: &Communicator, rng: &mut SmallRng, elem: u32, blocks: u32, m:
     let dst: Vec<Buffer> = (0..w).map(|q| poisoned_buffer(recv_total(q))).collect();
     let mut launch = Launch::new(CollectiveKind::AllToAllV, 0);
     (launch.plan, launch.elem_bytes, launch.blocks) = (plan(), elem, blocks);
+    if tight {
+        launch.max_count = m.iter().flatten().copied().max().unwrap_or(0).max(1);
+    }
     comm.run(&launch, &src, &dst, Some(&counts))
         .unwrap_or_else(|err| panic!("{m:?}: {err}"));
     for (q, d) in dst.iter().enumerate() {
@@ -537,12 +569,20 @@ fn a2av_case(comm: &Communicator, rng: &mut SmallRng, elem: u32, blocks: u32, m:
 #[test]
 fn all_to_all_v_matrix() {
     for_every_world("all_to_all_v_matrix", |world, comm, rng, runs| {
-        for case in 0..10u32 {
+        for case in 0..14u32 {
             let elem = [1u32, 4][case as usize % 2];
+            // Every other pair of cases: counts small enough for the packet path, and the
+            // tightest bound.
+            let lean = case % 4 >= 2;
+            let big = if lean {
+                lean_count(world, elem)
+            } else {
+                2 * HALF / world as u64 / elem as u64
+            };
             let m: Vec<Vec<u64>> = (0..world)
-                .map(|_| skewed_counts(rng, world as usize, 2 * HALF / world as u64 / elem as u64))
+                .map(|_| skewed_counts(rng, world as usize, big))
                 .collect();
-            a2av_case(comm, rng, elem, 1 + case % 4, &m);
+            a2av_case(comm, rng, (elem, 1 + case % 4, lean), &m);
             *runs += 1;
         }
     });
@@ -655,10 +695,11 @@ fn thousand_back_to_back_calls() {
                 }
             }
             CollectiveKind::AllToAllV => {
-                let m: Vec<Vec<u64>> = (0..w)
-                    .map(|_| skewed_counts(&mut rng, w, HALF / 2))
-                    .collect();
-                a2av_case(&comm, &mut rng, 1, blocks, &m);
+                // Every third call small enough for the packet path, with the tight bound.
+                let lean = call % 3 == 0;
+                let big = if lean { lean_count(world, 1) } else { HALF / 2 };
+                let m: Vec<Vec<u64>> = (0..w).map(|_| skewed_counts(&mut rng, w, big)).collect();
+                a2av_case(&comm, &mut rng, (1, blocks, lean), &m);
             }
         }
     }

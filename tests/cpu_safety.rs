@@ -374,20 +374,24 @@ fn ranks_whose_calls_differ(threads: u32) {
     }
 }
 
-/// AllToAllV: what rank 1 sends rank 0 differs from what rank 0 expects from it.
+/// AllToAllV: what rank 1 sends rank 0 differs from what rank 0 expects from it. Unbounded
+/// counts (staged), and the tight bound (the packet path, where rank 0 would otherwise wait
+/// for a unit rank 1 never sends), with one-thread blocks and with the early digest check.
 #[test]
 fn all_to_all_v_counts_that_do_not_pair_up_are_named() {
-    let mut l = Launch::new(CollectiveKind::AllToAllV, 0);
-    l.elem_bytes = 4;
-    let (faults, elapsed) = disagreeing(2, &[l, l]);
-    assert!(elapsed < PROMPT, "took {elapsed:?}");
-    let f = faults
-        .iter()
-        .map(|(_, f)| f)
-        .find(|f| f.kind == FaultKind::DigestMismatch)
-        .unwrap_or_else(|| panic!("{faults:?}"));
-    assert_eq!((f.rank, f.peer, f.field()), (0, 1, DigestField::Counts));
-    assert_eq!((f.awaited, f.observed), (9, 8));
+    for (max_count, threads) in [(u64::MAX, 1), (9, 1), (9, 64)] {
+        let mut l = Launch::new(CollectiveKind::AllToAllV, 0);
+        (l.elem_bytes, l.max_count, l.threads) = (4, max_count, threads);
+        let (faults, elapsed) = disagreeing(2, &[l, l]);
+        assert!(elapsed < PROMPT, "{max_count} {threads}: took {elapsed:?}");
+        let f = faults
+            .iter()
+            .map(|(_, f)| f)
+            .find(|f| f.kind == FaultKind::DigestMismatch)
+            .unwrap_or_else(|| panic!("{max_count} {threads}: {faults:?}"));
+        assert_eq!((f.rank, f.peer, f.field()), (0, 1, DigestField::Counts));
+        assert_eq!((f.awaited, f.observed), (9, 8));
+    }
 }
 
 /// A rank that times out (its peer never launched the call) stops every other rank at once:

@@ -21,6 +21,7 @@
 //! let v = ScatteredV { counts: counts.as_ptr(), starts: starts.as_ptr(), elem_bytes: 4 };
 //! assert_eq!(v.part(0, 2), (8, 20));
 //! assert_eq!(v.max_part(3), Some(20));
+//! assert_eq!(v.longest_part(0, 3), 20);
 //! // AllReduce shards: whole 16-byte units, the last one takes the tail.
 //! assert_eq!(Split { bytes: 40, world: 2 }.part(0, 0), (0, 16));
 //! assert_eq!(Split { bytes: 40, world: 2 }.part(0, 1), (16, 24));
@@ -32,6 +33,14 @@ pub trait Layout: Copy {
     fn part(&self, rank: u32, peer: u32) -> (u64, u64);
     /// The largest part of any rank, if every rank can compute it from what it holds.
     fn max_part(&self, world: u32) -> Option<u64>;
+    /// The largest of `rank`'s parts (with each of `world` peers).
+    #[inline(always)]
+    fn longest_part(&self, rank: u32, world: u32) -> u64 {
+        match self.max_part(world) {
+            Some(most) => most,
+            None => (0..world).map(|p| self.part(rank, p).1).max().unwrap_or(0),
+        }
+    }
 }
 
 /// One part, the whole buffer of `bytes` bytes.

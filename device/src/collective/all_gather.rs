@@ -8,7 +8,9 @@ use crate::atom::Atom;
 use crate::context::Context;
 use crate::layout::{Layout, Packed, PackedV, Scattered, ScatteredV};
 use crate::snac::digest::Digest;
-use crate::snac::latency::{Lanes, gather_unit, lanes, load_unit, put_to_peers, store_unit, units};
+use crate::snac::latency::{
+    Lanes, gather_unit_of, lanes, load_unit, put_to_peers, store_unit, units,
+};
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
 use crate::snac::sync::{Call, Left};
@@ -48,64 +50,75 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     );
     let digest = Identity::copy(1).digest(&c, args.bytes, 0);
     if ctx.world > 1 && args.bytes > 0 && c.lean() {
-        let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
+        let (d, s, blocks) = (args.dst, args.src, args.blocks);
         // SAFETY: forwarded contract; every part fits a window (`lean`).
-        return unsafe { c.packets::<A>(&digest, |call| packets(call, dst, src, bytes, blocks)) };
+        return unsafe {
+            c.packets::<A>(&digest, |call| packets(call, (d, dst), (s, src), blocks))
+        };
     }
     // SAFETY: forwarded contract.
     unsafe { gather_with::<A, C, _, _, _>(&c, src, dst, &digest) }
 }
 
-/// AllGather over packets, one trip: each thread sends its units of `src` to every peer and
+/// AllGather(V) over packets, one trip: each thread sends its units of `src` to every peer and
 /// stores them into this rank's part of `dst`, then copies the same units of every peer's part
 /// from the windows here. In place (`src` is this rank's part) only the store is skipped.
 ///
 /// # Safety
-/// As [`all_gather`]; every part fits a latency window; every thread of every block of the
-/// call runs it with the same values.
+/// As [`all_gather`] or [`all_gather_v`], the layouts describing the call's buffers; every part
+/// fits a latency window; every thread of every block of the call runs it with the same values.
 #[inline(never)]
-unsafe fn packets(
+unsafe fn packets<S: Layout, D: Layout>(
     call: &Call,
-    dst: *mut u8,
-    src: *const u8,
-    bytes: u64,
+    (dst, dst_parts): (*mut u8, D),
+    (src, src_parts): (*const u8, S),
     blocks: u32,
 ) -> Result<(), Left> {
-    let me = call.me();
+    let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
-    let units = units(bytes);
-    let part = |p: u32| dst.wrapping_add((p as u64 * bytes) as usize);
-    let own = part(me);
+    let own_len = src_parts.part(me, me).1;
+    let part = |p: u32| {
+        let (at, len) = dst_parts.part(me, p);
+        (dst.wrapping_add(at as usize), len)
+    };
+    let own = part(me).0;
     let in_place = core::ptr::eq(own, src);
+    let most = units(dst_parts.longest_part(me, world));
     let Lanes {
         first,
         stride,
         warp_kept,
-    } = lanes(call, blocks, units);
+    } = lanes(call, blocks, most);
     let mut u = first;
-    while u < units {
+    while u < units(own_len) {
         // SAFETY (both): forwarded contract; the windows hold every unit.
-        let v = unsafe { load_unit(src, u, bytes) };
+        let v = unsafe { load_unit(src, u, own_len) };
         unsafe { put_to_peers(call, u, v, flag) };
         if !in_place {
             // SAFETY: this rank's part of `dst`.
-            unsafe { store_unit(own, u, bytes, v) };
+            unsafe { store_unit(own, u, own_len, v) };
         }
         u += stride;
     }
     call.mark(Point::Sent);
     call.check_digests_early(warp_kept);
     let mut u = first;
-    while u < units {
-        // SAFETY: this rank's window for every peer holds the peer's units; `own` stands for
-        // this rank's (already stored).
+    while u < most {
+        // SAFETY: this rank's window for every peer holds the peer's part, whose units
+        // `present` names; this rank's own part is already stored.
         unsafe {
-            gather_unit(call, u, flag, Some(0), |p, v| {
-                if p != me {
+            gather_unit_of(
+                call,
+                u,
+                flag,
+                None,
+                |p| p != me && u < units(part(p).1),
+                |p, v| {
+                    let (at, len) = part(p);
                     // SAFETY: part p of `dst`.
-                    store_unit(part(p), u, bytes, v)
-                }
-            })?
+                    store_unit(at, u, len, v)
+                },
+            )?
         };
         u += stride;
     }
@@ -140,6 +153,14 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         elem_bytes: args.elem_bytes,
     };
     let digest = Identity::copy(args.elem_bytes).digest(&c, args.max_count, v.word);
+    if ctx.world > 1 && dst.max_part(ctx.world) != Some(0) && c.lean() {
+        let (d, s, blocks) = (args.dst, args.src, args.blocks);
+        // SAFETY: forwarded contract; every part fits a window (`lean`: no count is above
+        // `max_count`).
+        return unsafe {
+            c.packets::<A>(&digest, |call| packets(call, (d, dst), (s, src), blocks))
+        };
+    }
     // SAFETY: forwarded contract.
     unsafe { gather_with::<A, C, _, _, _>(&c, src, dst, &digest) }
 }

@@ -8,7 +8,9 @@ use crate::atom::Atom;
 use crate::context::Context;
 use crate::layout::{Layout, Scattered, ScatteredV, Transposed, TransposedV};
 use crate::snac::digest::Digest;
-use crate::snac::latency::{Lanes, gather_unit, lanes, load_unit, scatter_unit, store_unit, units};
+use crate::snac::latency::{
+    Lanes, gather_unit_of, lanes, load_unit, scatter_unit, store_unit, units,
+};
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
 use crate::snac::sync::{Call, Left};
@@ -49,9 +51,11 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     );
     let digest = Identity::copy(1).digest(&c, args.bytes, 0);
     if ctx.world > 1 && args.bytes > 0 && c.lean() {
-        let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
+        let (d, s, blocks) = (args.dst, args.src, args.blocks);
         // SAFETY: forwarded contract; every part fits a window (`lean`).
-        return unsafe { c.packets::<A>(&digest, |call| packets(call, dst, src, bytes, blocks)) };
+        return unsafe {
+            c.packets::<A>(&digest, |call| packets(call, (d, dst), (s, src), blocks))
+        };
     }
     let empty_call = args.bytes == 0;
     // SAFETY: forwarded contract.
@@ -90,62 +94,97 @@ pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         elem_bytes: args.elem_bytes,
     };
     let digest = Identity::copy(args.elem_bytes).digest(&c, args.max_count, v.word);
+    if ctx.world > 1 && c.lean() {
+        let (d, s, blocks) = (args.dst, args.src, args.blocks);
+        // SAFETY: forwarded contract; every part fits a window (`lean`: no count is above
+        // `max_count`); the counts are validated.
+        return unsafe {
+            c.packets::<A>(&digest, |call| packets(call, (d, dst), (s, src), blocks))
+        };
+    }
     // AllToAllV always runs the protocol: a rank with nothing to send or receive still agrees
     // on the size with the others.
     // SAFETY: forwarded contract.
     unsafe { exchange_with::<A, C, _, _, _>(&c, src, dst, &digest, false) }
 }
 
-/// AllToAll over packets, one trip: each thread sends its units of part `q` of `src` to rank
+/// AllToAll(V) over packets, one trip: each thread sends its units of part `q` of `src` to rank
 /// `q` and copies its units of this rank's own part, then copies the same units of every
 /// peer's part for this rank from the windows here.
 ///
 /// # Safety
-/// As [`all_to_all`]; every part fits a latency window; every thread of every block of the
-/// call runs it with the same values.
+/// As [`all_to_all`] or [`all_to_all_v`], the layouts describing the call's buffers (a V call's
+/// counts validated: what this rank sends itself is what it receives from itself); every part
+/// fits a latency window; every thread of every block of the call runs it with the same values.
 #[inline(never)]
-unsafe fn packets(
+unsafe fn packets<S: Layout, D: Layout>(
     call: &Call,
-    dst: *mut u8,
-    src: *const u8,
-    bytes: u64,
+    (dst, dst_parts): (*mut u8, D),
+    (src, src_parts): (*const u8, S),
     blocks: u32,
 ) -> Result<(), Left> {
-    let me = call.me();
+    let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
-    let units = units(bytes);
-    let at = |p: u32| (p as u64 * bytes) as usize;
+    let sent = |q: u32| {
+        let (at, len) = src_parts.part(me, q);
+        (src.wrapping_add(at as usize), len)
+    };
+    let received = |p: u32| {
+        let (at, len) = dst_parts.part(me, p);
+        (dst.wrapping_add(at as usize), len)
+    };
+    let most = units(
+        src_parts
+            .longest_part(me, world)
+            .max(dst_parts.longest_part(me, world)),
+    );
     let Lanes {
         first,
         stride,
         warp_kept,
-    } = lanes(call, blocks, units);
+    } = lanes(call, blocks, most);
     let mut u = first;
-    while u < units {
-        // SAFETY: every part of `src` (forwarded contract); every peer's window for this rank
-        // holds every unit.
+    while u < most {
+        // SAFETY: every part of `src` (forwarded contract), read where `present` names its
+        // unit u; every peer's window for this rank holds its part.
         let own = unsafe {
-            scatter_unit(call, u, flag, |q| {
-                load_unit(src.wrapping_add(at(q)), u, bytes)
-            })
+            scatter_unit(
+                call,
+                u,
+                flag,
+                |q| u < units(sent(q).1),
+                |q| {
+                    let (at, len) = sent(q);
+                    load_unit(at, u, len)
+                },
+            )
         };
-        // SAFETY: this rank's part of `dst`, which does not overlap `src`.
-        unsafe { store_unit(dst.wrapping_add(at(me)), u, bytes, own) };
+        let (at, len) = received(me);
+        if u < units(len) {
+            // SAFETY: this rank's part of `dst`, which does not overlap `src`.
+            unsafe { store_unit(at, u, len, own) };
+        }
         u += stride;
     }
     call.mark(Point::Sent);
     call.check_digests_early(warp_kept);
     let mut u = first;
-    while u < units {
-        // SAFETY: this rank's window for every peer holds the peer's units; `own` stands for
-        // this rank's part (already stored).
+    while u < most {
+        // SAFETY: this rank's window for every peer holds the part it receives from the peer,
+        // whose units `present` names; this rank's own part is already stored.
         unsafe {
-            gather_unit(call, u, flag, Some(0), |p, v| {
-                if p != me {
+            gather_unit_of(
+                call,
+                u,
+                flag,
+                None,
+                |p| p != me && u < units(received(p).1),
+                |p, v| {
+                    let (at, len) = received(p);
                     // SAFETY: part p of `dst`.
-                    store_unit(dst.wrapping_add(at(p)), u, bytes, v)
-                }
-            })?
+                    store_unit(at, u, len, v)
+                },
+            )?
         };
         u += stride;
     }

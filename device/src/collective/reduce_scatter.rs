@@ -101,75 +101,108 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
             elem_bytes: size as u32,
         };
         let digest = id.digest(&c, args.max_count, v.word);
+        if ctx.world > 1 && layout.max_part(ctx.world) != Some(0) && c.lean() {
+            // SAFETY: forwarded contract; every part fits a window (`lean`: no count is above
+            // `max_count`).
+            return unsafe { packets_with::<A, C, T, P, _, K>(&c, layout, op, &digest) };
+        }
         // SAFETY: forwarded contract.
         unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     } else {
         let layout = Scattered { bytes: args.bytes };
         let digest = id.digest(&c, args.bytes, 0);
         if ctx.world > 1 && args.bytes > 0 && c.lean() {
-            let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
-            // The operator is chosen once, as AllReduce's packet paths do, so that each
-            // operator's path is one stretch of code.
             // SAFETY: forwarded contract; every part fits a window (`lean`).
-            return unsafe {
-                c.packets::<A>(&digest, |call| {
-                    by_op!(op.kind(), O => {
-                        packets(call, dst, src, bytes, blocks, Typed::<T, Static<O>>::new(Static::NEW))
-                    })
-                })
-            };
+            return unsafe { packets_with::<A, C, T, P, _, K>(&c, layout, op, &digest) };
         }
         // SAFETY: forwarded contract.
         unsafe { scatter::<A, C, _, _, _>(&c, layout, reducer, &digest) }
     }
 }
 
-/// ReduceScatter over packets, one trip: each thread sends its units of part `q` of `src` to
+/// Runs [`packets`] with the operator chosen once, as AllReduce's packet paths do, so that each
+/// operator's path is one stretch of code.
+///
+/// # Safety
+/// As [`packets`].
+#[inline(always)]
+unsafe fn packets_with<A: Atom, C: Config, T: Element, P: Operator, S: Layout, const K: u32>(
+    c: &Checked<C, K>,
+    src_parts: S,
+    op: P,
+    digest: &Digest,
+) {
+    let (dst, src, blocks) = (c.args.dst, c.args.src, c.args.blocks);
+    // SAFETY: forwarded contract.
+    unsafe {
+        c.packets::<A>(digest, |call| {
+            by_op!(op.kind(), O => {
+                packets(call, dst, (src, src_parts), blocks, Typed::<T, Static<O>>::new(Static::NEW))
+            })
+        })
+    }
+}
+
+/// ReduceScatter(V) over packets, one trip: each thread sends its units of part `q` of `src` to
 /// rank `q`, then reduces the same units of this rank's part over every rank, in rank order
 /// (its own from `src`), into `dst`.
 ///
 /// # Safety
-/// As [`reduce_scatter`]; every part fits a latency window; every thread of every block of the
-/// call runs it with the same values.
+/// As [`reduce_scatter`] or [`reduce_scatter_v`], `src_parts` describing `src`; every part fits
+/// a latency window; every thread of every block of the call runs it with the same values.
 #[inline(never)]
-unsafe fn packets<R: Reducer>(
+unsafe fn packets<S: Layout, R: Reducer>(
     call: &Call,
     dst: *mut u8,
-    src: *const u8,
-    bytes: u64,
+    (src, src_parts): (*const u8, S),
     blocks: u32,
     reducer: R,
 ) -> Result<(), Left> {
-    let me = call.me();
+    let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
-    let units = units(bytes);
-    let part = |p: u32| src.wrapping_add((p as u64 * bytes) as usize);
+    let part = |q: u32| {
+        let (at, len) = src_parts.part(me, q);
+        (src.wrapping_add(at as usize), len)
+    };
+    let most = units(src_parts.longest_part(me, world));
     let Lanes {
         first,
         stride,
         warp_kept,
-    } = lanes(call, blocks, units);
+    } = lanes(call, blocks, most);
     let mut u = first;
-    while u < units {
-        // SAFETY: every part of `src` (forwarded contract); every peer's window for this rank
-        // holds every unit. This rank's unit is loaded again when reduced: keeping it would
-        // hold a register per unit across the wait.
-        let _ = unsafe { scatter_unit(call, u, flag, |q| load_unit(part(q), u, bytes)) };
+    while u < most {
+        // SAFETY: every part of `src` (forwarded contract), read where `present` names its
+        // unit u; every peer's window for this rank holds its part. This rank's unit is loaded
+        // when reduced: keeping it would hold a register per unit across the wait.
+        let _ = unsafe {
+            scatter_unit(
+                call,
+                u,
+                flag,
+                |q| q != me && u < units(part(q).1),
+                |q| {
+                    let (at, len) = part(q);
+                    load_unit(at, u, len)
+                },
+            )
+        };
         u += stride;
     }
     call.mark(Point::Sent);
     call.check_digests_early(warp_kept);
+    let (own, len) = part(me);
     let mut u = first;
-    while u < units {
+    while u < units(len) {
         let mut acc = R::Acc::default();
         // SAFETY: this rank's part of `src` (which `dst` may be: the same thread reads unit u
         // before it writes it); this rank's window for every peer holds the peer's units.
         unsafe {
-            let own = load_unit(part(me), u, bytes);
-            gather_unit(call, u, flag, Some(own), |p, v| {
+            let v = load_unit(own, u, len);
+            gather_unit(call, u, flag, Some(v), |p, v| {
                 reducer.fold_unit(&mut acc, p == 0, v)
             })?;
-            store_unit(dst, u, bytes, reducer.unit_of(acc));
+            store_unit(dst, u, len, reducer.unit_of(acc));
         }
         u += stride;
     }

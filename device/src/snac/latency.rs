@@ -217,6 +217,24 @@ pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
     index: u64,
     flag: u32,
     own: Option<u128>,
+    each: E,
+) -> Result<(), Left> {
+    // SAFETY: forwarded contract.
+    unsafe { gather_unit_of(call, index, flag, own, |_| true, each) }
+}
+
+/// [`gather_unit`] over the ranks `present(rank)` names (the V forms: the ranks whose part
+/// holds unit `index`); the others are neither read nor handed to `each`.
+///
+/// # Safety
+/// The window here of every rank `present` names holds at least `index + 1` units.
+#[inline(always)]
+pub(crate) unsafe fn gather_unit_of<E: FnMut(u32, u128)>(
+    call: &Call,
+    index: u64,
+    flag: u32,
+    own: Option<u128>,
+    present: impl Fn(u32) -> bool,
     mut each: E,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
@@ -229,14 +247,14 @@ pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
         let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
         in_flight!(i => {
             let p = base + i;
-            if p < world && !(p == me && own.is_some()) {
+            if p < world && !(p == me && own.is_some()) && present(p) {
                 // SAFETY: both packets of the unit lie in the window.
                 raw[i as usize] = unsafe { packet::load_pair(slot(p)) };
             }
         });
         in_flight!(i => {
             let p = base + i;
-            if p < world {
+            if p < world && present(p) {
                 let unit = match own {
                     Some(v) if p == me => v,
                     _ => match packet::decode_unit(raw[i as usize], flag) {
@@ -253,21 +271,23 @@ pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
     Ok(())
 }
 
-/// Sends unit `index` of every rank's part to that rank (into the window it keeps for this
-/// rank), `part(q)` loading part q's unit, and returns this rank's own unit (not sent). The
+/// Sends unit `index` of the part of every rank `present(q)` names to that rank (into the
+/// window it keeps for this rank), `part(q)` loading part q's unit, and returns this rank's own
+/// unit (not sent; 0 unless `present(me)`). The
 /// units of [`IN_FLIGHT`] ranks are loaded before any is sent: a load waits for its bytes only
 /// where they are used, and the packet stores are ordered after it, so loading and sending
 /// each in turn costs a memory round trip per rank (ReduceScatter at 8 ranks on the H200:
 /// 2.9 µs from announcing to the last packet sent, against 1.7 for AllGather's one load).
 ///
 /// # Safety
-/// Every peer's window for this rank holds at least `index + 1` units; `part(q)` may be
-/// called for every rank `q`.
+/// The window for this rank of every peer `present` names holds at least `index + 1` units;
+/// `part(q)` may be called for every rank `q` that `present` names.
 #[inline(always)]
 pub(crate) unsafe fn scatter_unit(
     call: &Call,
     index: u64,
     flag: u32,
+    present: impl Fn(u32) -> bool,
     part: impl Fn(u32) -> u128,
 ) -> u128 {
     let (me, world) = (call.me(), call.world());
@@ -276,7 +296,7 @@ pub(crate) unsafe fn scatter_unit(
     while base < world {
         let mut units = [0u128; IN_FLIGHT as usize];
         in_flight!(i => {
-            if base + i < world {
+            if base + i < world && present(base + i) {
                 units[i as usize] = part(base + i);
             }
         });
@@ -284,7 +304,7 @@ pub(crate) unsafe fn scatter_unit(
             let q = base + i;
             if q == me {
                 own = units[i as usize];
-            } else if q < world {
+            } else if q < world && present(q) {
                 // SAFETY: rank q's window for this rank holds the unit (the caller's contract).
                 unsafe { put_unit(window(call, q, me), index, units[i as usize], flag) };
             }
