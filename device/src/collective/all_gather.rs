@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::layout::{Layout, Packed, PackedV, Scattered, ScatteredV};
 use crate::snac::digest::Digest;
 use crate::snac::latency::{
-    Lanes, gather_unit_of, lanes, load_unit, put_to_peers, store_unit, units,
+    Lanes, gather_unit, gather_unit_of, lanes, load_unit, put_to_peers, store_unit, units,
 };
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
@@ -50,25 +50,80 @@ pub unsafe fn all_gather<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     );
     let digest = Identity::copy(1).digest(&c, args.bytes, 0);
     if ctx.world > 1 && args.bytes > 0 && c.lean() {
-        let (d, s, blocks) = (args.dst, args.src, args.blocks);
+        let (dst, src, bytes, blocks) = (args.dst, args.src, args.bytes, args.blocks);
         // SAFETY: forwarded contract; every part fits a window (`lean`).
-        return unsafe {
-            c.packets::<A>(&digest, |call| packets(call, (d, dst), (s, src), blocks))
-        };
+        return unsafe { c.packets::<A>(&digest, |call| packets(call, dst, src, bytes, blocks)) };
     }
     // SAFETY: forwarded contract.
     unsafe { gather_with::<A, C, _, _, _>(&c, src, dst, &digest) }
 }
 
-/// AllGather(V) over packets, one trip: each thread sends its units of `src` to every peer and
+/// AllGather over packets, one trip: each thread sends its units of `src` to every peer and
 /// stores them into this rank's part of `dst`, then copies the same units of every peer's part
 /// from the windows here. In place (`src` is this rank's part) only the store is skipped.
 ///
 /// # Safety
-/// As [`all_gather`] or [`all_gather_v`], the layouts describing the call's buffers; every part
-/// fits a latency window; every thread of every block of the call runs it with the same values.
+/// As [`all_gather`]; every part fits a latency window; every thread of every block of the
+/// call runs it with the same values.
 #[inline(never)]
-unsafe fn packets<S: Layout, D: Layout>(
+unsafe fn packets(
+    call: &Call,
+    dst: *mut u8,
+    src: *const u8,
+    bytes: u64,
+    blocks: u32,
+) -> Result<(), Left> {
+    let me = call.me();
+    let flag = packet::flag32(call.epoch);
+    let units = units(bytes);
+    let part = |p: u32| dst.wrapping_add((p as u64 * bytes) as usize);
+    let own = part(me);
+    let in_place = core::ptr::eq(own, src);
+    let Lanes {
+        first,
+        stride,
+        warp_kept,
+    } = lanes(call, blocks, units);
+    let mut u = first;
+    while u < units {
+        // SAFETY (both): forwarded contract; the windows hold every unit.
+        let v = unsafe { load_unit(src, u, bytes) };
+        unsafe { put_to_peers(call, u, v, flag) };
+        if !in_place {
+            // SAFETY: this rank's part of `dst`.
+            unsafe { store_unit(own, u, bytes, v) };
+        }
+        u += stride;
+    }
+    call.mark(Point::Sent);
+    call.check_digests_early(warp_kept);
+    let mut u = first;
+    while u < units {
+        // SAFETY: this rank's window for every peer holds the peer's units; `own` stands for
+        // this rank's (already stored).
+        unsafe {
+            gather_unit(call, u, flag, Some(0), |p, v| {
+                if p != me {
+                    // SAFETY: part p of `dst`.
+                    store_unit(part(p), u, bytes, v)
+                }
+            })?
+        };
+        u += stride;
+    }
+    call.mark(Point::Received);
+    Ok(())
+}
+
+/// AllGatherV over packets, one trip, as [`packets`] with ragged parts: a peer's unit is read
+/// only where its part holds it. (The fixed form keeps its own path: through this one it ran
+/// 0.6-0.7 us slower at 8 ranks on the H200.)
+///
+/// # Safety
+/// As [`all_gather_v`], the layouts describing the call's buffers; every part fits a latency
+/// window; every thread of every block of the call runs it with the same values.
+#[inline(never)]
+unsafe fn packets_v<S: Layout, D: Layout>(
     call: &Call,
     (dst, dst_parts): (*mut u8, D),
     (src, src_parts): (*const u8, S),
@@ -158,7 +213,7 @@ pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
         // SAFETY: forwarded contract; every part fits a window (`lean`: no count is above
         // `max_count`).
         return unsafe {
-            c.packets::<A>(&digest, |call| packets(call, (d, dst), (s, src), blocks))
+            c.packets::<A>(&digest, |call| packets_v(call, (d, dst), (s, src), blocks))
         };
     }
     // SAFETY: forwarded contract.
