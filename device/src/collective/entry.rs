@@ -636,8 +636,9 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         }
     }
 
-    /// Runs `streams` on this block: over packets when the call is [`lean`], in one pass when
-    /// its buffers are symmetric, else the throughput regime's staging.
+    /// Runs `streams` on this block: in one pass when its buffers are symmetric, else the
+    /// throughput regime's staging. A call that is [`lean`] runs its collective's own packet
+    /// path instead, before it gets here (in a latency-only build this path is refused).
     ///
     /// # Safety
     /// The streams describe valid buffers; every rank makes the same call.
@@ -649,26 +650,21 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         digest: &Digest,
     ) {
         let args = self.args;
-        let packets = self.lean();
-        if !packets && self.lacks_atom_smem::<A>() {
+        if self.lacks_atom_smem::<A>() {
             return;
         }
         // Calls over symmetric buffers run one pass over them (as far as the collective's
         // layouts let a rank compute its peers' offsets), and their digest then names the
-        // buffers; the packet paths stage nothing either way.
-        let symmetric = if packets {
-            None
-        } else {
-            let access = Self::KIND.semantics().peers;
-            // SAFETY: the tables hold `world` addresses (the entry points' contract).
-            match unsafe { Symmetric::of(args, self.ctx.rank, access) } {
-                Ok(sym) => sym,
-                Err(why) => {
-                    if crate::arch::thread_index() == 0 {
-                        let _ = self.detached().refuse(why, 0, 0, 0);
-                    }
-                    return;
+        // buffers.
+        let access = Self::KIND.semantics().peers;
+        // SAFETY: the tables hold `world` addresses (the entry points' contract).
+        let symmetric = match unsafe { Symmetric::of(args, self.ctx.rank, access) } {
+            Ok(sym) => sym,
+            Err(why) => {
+                if crate::arch::thread_index() == 0 {
+                    let _ = self.detached().refuse(why, 0, 0, 0);
                 }
+                return;
             }
         };
         let mut named = *digest;
@@ -678,13 +674,6 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid
         // and `args.block < MAX_BLOCKS` (checked).
         let mut call = unsafe { self.begin::<A>(&named) };
-        if packets {
-            let bound = stream_bound(Self::KIND, args);
-            // SAFETY: forwarded contract; every stream fits a window and the bound (`lean`).
-            let _ = unsafe { latency::streams(&call, streams, args.blocks, reducer, bound) };
-            self.finish(&mut call, 1);
-            return;
-        }
         if let Some(sym) = symmetric {
             // SAFETY: forwarded contract; every rank checked its own buffers, and the
             // rendezvous compares the digests (which name the buffers) before any peer's is

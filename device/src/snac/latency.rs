@@ -3,12 +3,11 @@
 //!
 //! The payload is cut into 16-byte units; a unit travels as two packets (32 bytes). Rank `R`'s
 //! window for sender `S` in half `h` is `staging[R] + latency_offset(h) + S × window`.
-//! A collective's streams ([`streams`]): its producer streams are pushed unit by unit straight
-//! into the window each reader keeps for this rank (one stream per reader and sender, so a
-//! sender's window holds exactly one); its consumer streams poll their own windows and copy or
-//! reduce into `dst`. One trip over the interconnect, no signals, no staging copy. The units,
-//! windows and gathers here are also what a collective's own packet algorithms are made of
-//! (AllReduce's one- and two-shot, `collective::all_reduce`).
+//! Each collective's packet path (its own file under `collective/`) is made of the pieces
+//! here: a sender stores each unit straight into the window each reader keeps for it
+//! ([`put_unit`], [`put_to_peers`], [`scatter_unit`]), and a reader polls its windows and copies
+//! or reduces the units into `dst` ([`gather_unit`], [`gather_unit_of`]). One trip over the
+//! interconnect, no signals, no staging copy.
 //!
 //! Reductions reduce each element in `f32` in rank order and round once, as the Atoms do, so
 //! every path gives the same bits. All `blocks × threads` threads stride over the units; the
@@ -16,9 +15,7 @@
 
 use super::fault::SignalKind;
 use super::packet;
-use super::staging::{Get, Streams};
 use super::sync::{Call, DIGEST_WARP, Left};
-use super::trace::Point;
 use super::transfer::Reducer;
 use crate::arch;
 
@@ -352,164 +349,6 @@ pub(crate) struct Lanes {
     pub(crate) stride: u64,
     /// Whether block 0's last warp checks the digests meanwhile.
     pub(crate) warp_kept: bool,
-}
-
-/// Runs a collective's streams over packets (see the module docs). Every stream fits a window
-/// (`units(len) × UNIT_WINDOW <= latency_window_bytes`, the caller's check) and holds at most
-/// `bound` bytes; the same thread pushes and consumes a unit index, so in-place layouts the
-/// collectives allow stay correct.
-///
-/// # Safety
-/// The streams describe this rank's valid buffers; every thread of every block of the call
-/// runs it with the same values.
-#[inline(never)]
-pub(crate) unsafe fn streams<S: Streams, R: Reducer>(
-    call: &Call,
-    streams: &S,
-    blocks: u32,
-    reducer: R,
-    bound: u64,
-) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
-    let flag = packet::flag32(call.epoch);
-    let Lanes {
-        first,
-        stride,
-        warp_kept,
-    } = lanes(call, blocks, units(bound));
-    // 1. Push every producer stream into its readers' windows for this rank.
-    for j in 0..streams.puts() {
-        let put = streams.put(j);
-        let mut u = first;
-        while u < units(put.len) {
-            // SAFETY: the stream lies in this rank's `src`.
-            let v = unsafe { load_unit(put.src, u, put.len) };
-            for q in 0..world {
-                if put.notify.contains(q, me) {
-                    // SAFETY: reader q's window for this rank holds the stream (checked).
-                    unsafe { put_unit(window(call, q, me), u, v, flag) };
-                }
-            }
-            u += stride;
-        }
-    }
-    call.mark(Point::Sent);
-    call.check_digests_early(warp_kept);
-    // 2. Consume. Peers' streams first, unit by unit across IN_FLIGHT streams at a time (see
-    // `gather_unit`): one round trip for the peers' units already here, not one per peer.
-    // SAFETY: forwarded contract.
-    let others = unsafe { copy_from_peers(call, streams, flag, first, stride)? };
-    call.mark(Point::Received);
-    // Then copy locally, or reduce every rank's window.
-    for j in 0..streams.gets() {
-        if others & (1 << j) == 0 {
-            continue;
-        }
-        match streams.get(j) {
-            Get::Copy { .. } => {}
-            Get::Local { src, dst, len } if !core::ptr::eq(src, dst) => {
-                // SAFETY: both lie in this rank's buffers (disjoint, or equal and skipped).
-                unsafe { copy_units(src, dst, len, first, stride) };
-            }
-            Get::Local { .. } => {}
-            Get::Reduce { len, dst, .. } if !dst.is_null() => {
-                let mut u = first;
-                while u < units(len) {
-                    let mut acc = R::Acc::default();
-                    // SAFETY: this rank's window for every rank (itself included) holds the
-                    // stream.
-                    unsafe {
-                        gather_unit(call, u, flag, None, |p, v| {
-                            reducer.fold_unit(&mut acc, p == 0, v)
-                        })?
-                    };
-                    let v = reducer.unit_of(acc);
-                    // SAFETY: the stream lies in this rank's `dst`.
-                    unsafe { store_unit(dst, u, len, v) };
-                    u += stride;
-                }
-            }
-            // Reducing in place in staging (the AllReduce head) has no packet form: AllReduce
-            // runs `one_shot` / `two_shot` instead.
-            Get::Reduce { .. } => arch::trap(),
-        }
-    }
-    Ok(())
-}
-
-/// The copying consumer streams of a call (a peer's window to `dst`), [`IN_FLIGHT`] streams at
-/// a time: each stream looked up once, then for each of this thread's units the packets of
-/// every stream of the batch loaded before any is decoded, and a unit not there yet awaited
-/// alone. Returns the other consumer streams (bit `j` for stream `j`), which the caller runs.
-///
-/// # Safety
-/// As [`streams`].
-#[inline(always)]
-unsafe fn copy_from_peers<S: Streams>(
-    call: &Call,
-    streams: &S,
-    flag: u32,
-    first: u64,
-    stride: u64,
-) -> Result<u32, Left> {
-    const _: () = assert!(
-        crate::context::MAX_RANKS < 32,
-        "one bit per consumer stream"
-    );
-    let me = call.me();
-    let gets = streams.gets();
-    let mut others = 0u32;
-    let mut base = 0;
-    while base < gets {
-        // This batch's copies, each stream looked up once (a V layout's lookup reads its
-        // counts): the peer, its window here, where the stream goes and its length (0: none).
-        let mut peer = [0u32; IN_FLIGHT as usize];
-        let mut from = [core::ptr::null::<u8>(); IN_FLIGHT as usize];
-        let mut dst = [core::ptr::null_mut::<u8>(); IN_FLIGHT as usize];
-        let mut len = [0u64; IN_FLIGHT as usize];
-        let mut longest = 0;
-        in_flight!(i => {
-            let j = base + i;
-            if j < gets {
-                match streams.get(j) {
-                    Get::Copy { peer: p, dst: d, len: l, .. } => {
-                        (peer[i as usize], dst[i as usize], len[i as usize]) = (p, d, l);
-                        from[i as usize] = window(call, me, p);
-                        longest = longest.max(units(l));
-                    }
-                    _ => others |= 1 << j,
-                }
-            }
-        });
-        let mut u = first;
-        while u < longest {
-            let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
-            in_flight!(i => {
-                if u < units(len[i as usize]) {
-                    // SAFETY: this rank's window for the peer holds the stream's units, both
-                    // packets of each.
-                    raw[i as usize] = unsafe {
-                        packet::load_pair(from[i as usize].add((u * UNIT_WINDOW) as usize))
-                    };
-                }
-            });
-            in_flight!(i => {
-                let (n, at) = (len[i as usize], from[i as usize]);
-                if u < units(n) {
-                    let v = match packet::decode_unit(raw[i as usize], flag) {
-                        Ok(v) => v,
-                        // SAFETY: as above.
-                        Err(_) => unsafe { await_unit(call, at, u, flag, peer[i as usize])? },
-                    };
-                    // SAFETY: the stream lies in this rank's `dst`.
-                    unsafe { store_unit(dst[i as usize], u, n, v) };
-                }
-            });
-            u += stride;
-        }
-        base += IN_FLIGHT;
-    }
-    Ok(others)
 }
 
 /// Copies units `first, first + stride, …` of a `len`-byte buffer through registers.
