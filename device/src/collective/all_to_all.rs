@@ -27,8 +27,9 @@ pub(crate) const ALL_TO_ALL: Semantics = Semantics {
     peers: PeerAccess::Read,
 };
 
-/// AllToAllV: two counts per rank (sent to it, received from it); always staged, since a rank
-/// cannot compute where its part lies in a peer's buffers.
+/// AllToAllV: two counts per rank (sent to it, received from it); never one pass over
+/// symmetric buffers (packets when small, else staged), since a rank cannot compute where its
+/// part lies in a peer's buffers.
 pub(crate) const ALL_TO_ALL_V: Semantics = Semantics {
     counts_per_rank: 2,
     peers: PeerAccess::None,
