@@ -542,8 +542,9 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
     }
 
     /// Runs a collective's own packet path on this block: begins the call, runs `path` with it
-    /// and finishes (one epoch). For a call that is [`lean`] and moves bytes on a world of two
-    /// or more; the path's window and bound checks are the caller's.
+    /// and finishes (one epoch). For a call that is [`lean`] on a world of two or more (that
+    /// moves bytes, but for AllToAllV, whose ranks meet through its path either way); the
+    /// path's window and bound checks are the caller's.
     ///
     /// # Safety
     /// As the entry points; every thread of every block calls, with the same digest.
