@@ -270,11 +270,11 @@ pub(crate) unsafe fn gather_unit_of<E: FnMut(u32, u128)>(
 
 /// Sends unit `index` of the part of every rank `present(q)` names to that rank (into the
 /// window it keeps for this rank), `part(q)` loading part q's unit, and returns this rank's own
-/// unit (not sent; 0 unless `present(me)`). The
-/// units of [`IN_FLIGHT`] ranks are loaded before any is sent: a load waits for its bytes only
-/// where they are used, and the packet stores are ordered after it, so loading and sending
-/// each in turn costs a memory round trip per rank (ReduceScatter at 8 ranks on the H200:
-/// 2.9 µs from announcing to the last packet sent, against 1.7 for AllGather's one load).
+/// unit (not sent; 0 unless `present(me)`). The units of [`IN_FLIGHT`] ranks are loaded before
+/// any is sent: a load waits for its bytes only where they are used, and the packet stores are
+/// ordered after it, so loading and sending each in turn costs a memory round trip per rank
+/// (ReduceScatter at 8 ranks on the H200: 2.9 µs from announcing to the last packet sent,
+/// against 1.7 for AllGather's one load).
 ///
 /// # Safety
 /// The window for this rank of every peer `present` names holds at least `index + 1` units;
