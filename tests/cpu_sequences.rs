@@ -9,9 +9,9 @@
 //! `PURLIN_SEQUENCE_CASES=<n>` runs more (or fewer) sequences.
 
 use purlin_device::emulation::{Buffer, Communicator, Launch, Queued, Schedule};
-use purlin_tests::POISON;
 use purlin_tests::fresh_rng;
 use purlin_tests::sequence::{Bands, GUARD, Knobs, Step};
+use purlin_tests::{Buffers, POISON};
 use rand::RngExt;
 use rand::rngs::SmallRng;
 use std::time::{Duration, Instant};
@@ -49,16 +49,18 @@ fn sequence(
     world: u32,
     calls: usize,
     knobs: &Knobs,
-    symmetric: bool,
+    buffers: Buffers,
     what: &str,
 ) -> usize {
     let half = [1024u64, 4096, 16384][rng.random_range(0..3)];
     let window = [512u64, 2048, 8192][rng.random_range(0..3)];
-    let comm = Communicator::builder(world)
-        .staging_half_bytes(half)
-        .latency_window_bytes(window)
-        .timeout(Duration::from_secs(20))
-        .symmetric_buffers(symmetric)
+    let comm = buffers
+        .apply(
+            Communicator::builder(world)
+                .staging_half_bytes(half)
+                .latency_window_bytes(window)
+                .timeout(Duration::from_secs(20)),
+        )
         .build()
         .unwrap();
     let bands = Bands {
@@ -112,8 +114,7 @@ fn sequence(
     };
     let describe = |i: usize| {
         format!(
-            "{what}: world {world} half {half} window {window}{}, call {i} of {calls}: {}",
-            if symmetric { " symmetric" } else { "" },
+            "{what}: world {world} half {half} window {window} {buffers:?}, call {i} of {calls}: {}",
             steps[i].describe()
         )
     };
@@ -138,8 +139,14 @@ fn sequence(
     checked
 }
 
-/// Runs `default_cases` random sequences (over symmetric buffers when `symmetric`).
-fn run_over(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs, symmetric: bool) {
+/// Runs `default_cases` random sequences, each over the buffers `buffers` draws for its world.
+fn run_over(
+    name: &str,
+    worlds: &[u32],
+    default_cases: usize,
+    knobs: Knobs,
+    buffers: impl Fn(&mut SmallRng, u32) -> Buffers,
+) {
     let mut rng = fresh_rng(name);
     let start = Instant::now();
     let (mut calls, mut outputs) = (0, 0);
@@ -147,7 +154,8 @@ fn run_over(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs, symm
         let world = worlds[rng.random_range(0..worlds.len())];
         let n = rng.random_range(20..=100);
         let what = format!("{name} case {case}");
-        outputs += sequence(&mut rng, world, n, &knobs, symmetric, &what);
+        let kind = buffers(&mut rng, world);
+        outputs += sequence(&mut rng, world, n, &knobs, kind, &what);
         calls += n;
     }
     eprintln!(
@@ -157,7 +165,7 @@ fn run_over(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs, symm
 }
 
 fn run(name: &str, worlds: &[u32], default_cases: usize, knobs: Knobs) {
-    run_over(name, worlds, default_cases, knobs, false);
+    run_over(name, worlds, default_cases, knobs, |_, _| Buffers::Ordinary);
 }
 
 /// Every kind mixed, sizes and plans changing from call to call, worlds 1 to 16.
@@ -209,8 +217,8 @@ fn queued_sequences_default_plan() {
 
 /// Over symmetric buffers: the fixed-size calls above the packet paths run one pass over the
 /// peers' buffers, mixed with the V calls and packet paths that stage, blocks of 1 or 2
-/// threads (`tests/cpu_symmetric.rs` runs 64); a rank that left a call before its peers finished with its buffers, or a call that
-/// ran past another's, would show as a wrong output of a later call.
+/// threads (`tests/cpu_symmetric.rs` runs 64); a rank that left a call before its peers
+/// finished with its buffers, or a call that ran past another's, would show as a wrong output of a later call.
 #[test]
 fn queued_sequences_over_symmetric_buffers() {
     run_over(
@@ -222,6 +230,26 @@ fn queued_sequences_over_symmetric_buffers() {
             max_blocks: 3,
             random_plan: true,
         },
-        true,
+        |_, _| Buffers::Symmetric,
+    );
+}
+
+/// Over ordinary buffers the peers reach (ranks of one process): the calls above the packet
+/// paths exchange their buffers' addresses at entry and run one pass over them, mixed with the
+/// V calls and packet paths; one sequence in three names a rank whose buffers are out of
+/// reach, so every call of it stages. A rank that left a call before its peers finished with
+/// its buffers, or read a later call's addresses, would show as a wrong output.
+#[test]
+fn queued_sequences_over_reached_ordinary_buffers() {
+    run_over(
+        "queued_sequences_over_reached_ordinary_buffers",
+        &[2, 3, 4, 8],
+        6,
+        Knobs {
+            threads: &[1, 1, 2],
+            max_blocks: 3,
+            random_plan: true,
+        },
+        Buffers::reached,
     );
 }

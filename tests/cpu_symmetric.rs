@@ -1,12 +1,16 @@
-//! The symmetric regime on the CPU emulation: with every rank's buffers in every rank's
-//! tables, AllReduce, AllGather(V) (pushing onto symmetric outputs, pulling onto ordinary
-//! ones), ReduceScatter(V) and AllToAll run one pass over the peers' buffers (no staging);
-//! AllToAllV, which has no such pass, still runs with the tables given. Every world from 1 to 16, every element type and operator of the
-//! reductions, sizes from 0 to several of the regime's pieces, 1 to 3 blocks of 1 or 64
-//! threads, in place where the collective allows it; reductions bit-exact with the f32
-//! rank-order reference and within the f64 tolerance. Then what must fail: a rank whose
-//! buffers are ordinary while its peers' are symmetric (a digest fault naming the buffers, no
-//! hang), and a table that does not name the rank's own buffer (refused before anything moves).
+//! The one-pass regime on the CPU emulation. With every rank's buffers in every rank's
+//! tables (symmetric buffers), or with ordinary buffers every peer reaches (ranks of one
+//! process: the calls exchange their addresses at entry), AllReduce, AllGather(V) (pushing
+//! onto symmetric outputs, pulling onto ordinary ones), ReduceScatter(V) and AllToAll run one
+//! pass over the peers' buffers (no staging); when one rank's buffers are out of the peers'
+//! reach every rank stages the call; AllToAllV, which has no such pass, still runs with the
+//! tables given. Every call draws its kind of buffers. Every world from 1 to 16, every element
+//! type and operator of the reductions, sizes from 0 to several of the regime's pieces, 1 to 3
+//! blocks of 1 or 64 threads, in place where the collective allows it; reductions bit-exact
+//! with the f32 rank-order reference and within the f64 tolerance. Then what must fail: a rank
+//! whose buffers are ordinary while its peers' are symmetric (a digest fault naming the
+//! buffers, no hang), and a table that does not name the rank's own buffer (refused before
+//! anything moves).
 //!
 //! Outputs are poisoned, inputs fresh random values (seed printed; `PURLIN_TEST_SEED` replays).
 
@@ -16,8 +20,8 @@ use purlin_device::collective::{CollectiveKind, Fault};
 use purlin_device::element::DataType;
 use purlin_device::emulation::{Buffer, Communicator, EmulationError, Launch};
 use purlin_device::op::ReduceOpKind;
-use purlin_device::snac::{DigestField, FaultKind, Plan, Refusal, Runtime, SnacArgs};
-use purlin_tests::{POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
+use purlin_device::snac::{DigestField, FaultKind, PeersReach, Plan, Refusal, Runtime, SnacArgs};
+use purlin_tests::{Buffers, POISON, count_wrong_f64, fresh_rng, random_elements, reference_f32};
 use rand::RngExt;
 use rand::rngs::SmallRng;
 use std::time::Duration;
@@ -37,14 +41,43 @@ fn plan() -> Plan {
     }
 }
 
-fn communicator(world: u32, symmetric: bool) -> Communicator {
-    Communicator::builder(world)
-        .latency_window_bytes(1024)
-        .staging_half_bytes(8192)
-        .timeout(Duration::from_secs(20))
-        .symmetric_buffers(symmetric)
+fn communicator(world: u32, buffers: Buffers) -> Communicator {
+    buffers
+        .apply(
+            Communicator::builder(world)
+                .latency_window_bytes(1024)
+                .staging_half_bytes(8192)
+                .timeout(Duration::from_secs(20)),
+        )
         .build()
         .unwrap()
+}
+
+/// The one-pass communicators of `world` ranks: symmetric buffers, ordinary buffers every
+/// peer reaches, and ordinary buffers every peer reaches but one rank's (every call staged).
+struct OnePassKinds {
+    kinds: Vec<(Buffers, Communicator)>,
+}
+
+impl OnePassKinds {
+    fn new(world: u32) -> Self {
+        let kinds = [
+            Buffers::Symmetric,
+            Buffers::Reached(None),
+            Buffers::Reached(Some(world - 1)),
+        ]
+        .into_iter()
+        .map(|b| (b, communicator(world, b)))
+        .collect();
+        Self { kinds }
+    }
+
+    /// One of them, drawn for a call: symmetric or reached alike often, the fallback less.
+    fn draw(&self, rng: &mut SmallRng) -> (Buffers, &Communicator) {
+        let i = [0, 0, 1, 1, 2][rng.random_range(0..5)];
+        let (b, c) = &self.kinds[i];
+        (*b, c)
+    }
 }
 
 /// Part sizes in elements of `size` bytes: 0, one, odd, around the packet threshold, random;
@@ -139,6 +172,7 @@ fn shape(rng: &mut SmallRng, world: u32) -> (u32, u32) {
 /// One call of a reduction test: the world, type, operator and count, and the shape drawn
 /// for it.
 struct Reduction {
+    buffers: Buffers,
     world: u32,
     dtype: DataType,
     op: ReduceOpKind,
@@ -178,25 +212,28 @@ impl std::fmt::Display for Reduction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "world {} {:?} {:?} {} elements, {} blocks x {}",
-            self.world, self.dtype, self.op, self.count, self.blocks, self.threads
+            "{:?} world {} {:?} {:?} {} elements, {} blocks x {}",
+            self.buffers, self.world, self.dtype, self.op, self.count, self.blocks, self.threads
         )
     }
 }
 
-/// Runs `call` on the symmetric communicator of every world, for every element type, operator
-/// and count of the reduction tests.
+/// Runs `call` on a one-pass communicator of every world (drawn per call: symmetric buffers
+/// or ordinary buffers the peers reach, see [`OnePassKinds`]), for every element type,
+/// operator and count of the reduction tests.
 fn for_every_reduction(
     rng: &mut SmallRng,
     mut call: impl FnMut(&mut SmallRng, &Communicator, &Reduction),
 ) {
     for world in WORLDS {
-        let comm = communicator(world, true);
+        let kinds = OnePassKinds::new(world);
         for dtype in DataType::ALL {
             for op in ReduceOpKind::ALL {
                 for count in counts(rng, dtype.size(), world, large(dtype, op)) {
                     let (blocks, threads) = shape(rng, world);
+                    let (buffers, comm) = kinds.draw(rng);
                     let case = Reduction {
+                        buffers,
                         world,
                         dtype,
                         op,
@@ -204,20 +241,21 @@ fn for_every_reduction(
                         blocks,
                         threads,
                     };
-                    call(rng, &comm, &case);
+                    call(rng, comm, &case);
                 }
             }
         }
     }
 }
 
-/// Runs `call` for every world of [`WORLDS`] on a symmetric communicator and an ordinary one.
-fn for_every_world(mut call: impl FnMut(u32, &Communicator, &Communicator)) {
+/// Runs `call` for every world of [`WORLDS`] on its one-pass communicators and an ordinary
+/// one.
+fn for_every_world(mut call: impl FnMut(u32, &OnePassKinds, &Communicator)) {
     for world in WORLDS {
         call(
             world,
-            &communicator(world, true),
-            &communicator(world, false),
+            &OnePassKinds::new(world),
+            &communicator(world, Buffers::Ordinary),
         );
     }
 }
@@ -268,19 +306,24 @@ fn reduce_scatter_over_symmetric_buffers() {
 #[test]
 fn all_gather_and_all_to_all_over_symmetric_buffers() {
     let mut rng = fresh_rng("all_gather_and_all_to_all_over_symmetric_buffers");
-    for_every_world(|world, comm, plain| {
+    for_every_world(|world, kinds, plain| {
         let w = world as usize;
         for n in counts(&mut rng, 1, world, true) {
             let (blocks, threads) = shape(&mut rng, world);
+            let (kind, comm) = kinds.draw(&mut rng);
             // AllGather: every rank's part in rank order, everywhere.
             let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n)).collect();
             let src = buffers(&inputs);
             let dst = poisoned_per_rank(w, n * w);
             let l = launch(CollectiveKind::AllGather, n as u64, blocks, threads);
             comm.run(&l, &src, &dst, None)
-                .unwrap_or_else(|e| panic!("all_gather world {world} {n} B: {e}"));
+                .unwrap_or_else(|e| panic!("all_gather {kind:?} world {world} {n} B: {e}"));
             let want = inputs.concat();
-            check_everywhere(&format!("all_gather world {world} {n} B"), &dst, &want);
+            check_everywhere(
+                &format!("all_gather {kind:?} world {world} {n} B"),
+                &dst,
+                &want,
+            );
             // The same onto ordinary outputs: every rank pulls from the peers' inputs.
             let table: Vec<u64> = src.iter().map(Buffer::addr).collect();
             let pulled = poisoned_per_rank(w, n * w);
@@ -303,11 +346,11 @@ fn all_gather_and_all_to_all_over_symmetric_buffers() {
             let dst = poisoned_per_rank(w, n * w);
             let l = launch(CollectiveKind::AllToAll, n as u64, blocks, threads);
             comm.run(&l, &src, &dst, None)
-                .unwrap_or_else(|e| panic!("all_to_all world {world} {n} B: {e}"));
+                .unwrap_or_else(|e| panic!("all_to_all {kind:?} world {world} {n} B: {e}"));
             for (r, d) in dst.iter().enumerate() {
                 assert!(
                     d.bytes() == all_to_all_part(&inputs, r, n),
-                    "all_to_all world {world} {n} B, rank {r}"
+                    "all_to_all {kind:?} world {world} {n} B, rank {r}"
                 );
             }
         }
@@ -344,7 +387,7 @@ fn launch_ok(
 fn in_place_over_symmetric_buffers() {
     let mut rng = fresh_rng("in_place_over_symmetric_buffers");
     for world in [2u32, 3, 8] {
-        let comm = communicator(world, false);
+        let comm = communicator(world, Buffers::Ordinary);
         let w = world as usize;
         for n in [16usize, 4096 + 16, 3 * PIECE + 48] {
             // AllGather: rank r's part is already in place; the rest is poison.
@@ -442,14 +485,16 @@ fn starts(counts: &[u64]) -> Vec<usize> {
 #[test]
 fn v_forms_over_symmetric_buffers() {
     let mut rng = fresh_rng("v_forms_over_symmetric_buffers");
-    for_every_world(|world, comm, plain| {
+    for_every_world(|world, kinds, plain| {
         let w = world as usize;
         for case in 0..6 {
             let (blocks, threads) = shape(&mut rng, world);
+            let (kind, comm) = kinds.draw(&mut rng);
             let elem = [1usize, 2, 4][case % 3];
             let counts = v_counts(&mut rng, world, elem);
-            let what =
-                format!("world {world} counts {counts:?} elem {elem}, {blocks} blocks x {threads}");
+            let what = format!(
+                "{kind:?} world {world} counts {counts:?} elem {elem}, {blocks} blocks x {threads}"
+            );
             let inputs: Vec<Vec<u8>> = counts
                 .iter()
                 .map(|&c| random_bytes(&mut rng, c as usize * elem))
@@ -524,7 +569,9 @@ fn v_forms_over_symmetric_buffers() {
                 .map(|&c| poisoned(c as usize * size))
                 .collect();
             let l = launch(CollectiveKind::ReduceScatterV, 0, blocks, threads).typed(dtype, op);
-            let what = format!("reduce_scatter_v world {world} {dtype:?} {op:?} counts {counts:?}");
+            let what = format!(
+                "reduce_scatter_v {kind:?} world {world} {dtype:?} {op:?} counts {counts:?}"
+            );
             comm.run(&l, &src, &dst, Some(&counts_per_rank(w, &counts)))
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             for (r, d) in dst.iter().enumerate() {
@@ -542,6 +589,7 @@ fn v_forms_over_symmetric_buffers() {
         let src = buffers(&inputs);
         let dst = poisoned_per_rank(w, n * w);
         let l = launch(CollectiveKind::AllToAllV, 0, 2, 1);
+        let (_, comm) = kinds.draw(&mut rng);
         comm.run(&l, &src, &dst, Some(&counts_per_rank(w, &sent)))
             .unwrap_or_else(|e| panic!("all_to_all_v world {world}: {e}"));
         for (r, d) in dst.iter().enumerate() {
@@ -610,7 +658,7 @@ fn first_fault(
     call: impl Fn(&SnacArgs, &purlin_device::context::Context) + Sync,
 ) -> Fault {
     let start = std::time::Instant::now();
-    let faults = match launch_all(&communicator(world, false), args, call) {
+    let faults = match launch_all(&communicator(world, Buffers::Ordinary), args, call) {
         Err(EmulationError::Faults(f)) => f,
         other => panic!("{what}: expected faults, got {other:?}"),
     };
@@ -638,7 +686,8 @@ fn first_mismatch(
 }
 
 /// Ranks that disagree on their buffers — one passes ordinary buffers, or its range at another
-/// offset of the symmetric buffer — fault the call at once, naming the buffers; none hangs.
+/// offset of the symmetric buffer, or says its peers reach its ordinary buffers while theirs
+/// say nothing — fault the call at once, naming the buffers; none hangs.
 #[test]
 fn ranks_that_pass_other_buffers_are_named() {
     let world = 3u32;
@@ -668,6 +717,22 @@ fn ranks_that_pass_other_buffers_are_named() {
         assert!(named.rank == odd || named.peer == odd, "{case}: {named}");
         assert!(named.to_string().contains("symmetric buffers"), "{named}");
     }
+    // Ordinary buffers: one rank says its peers reach them, the others say nothing (they
+    // would stage while it waits for their addresses).
+    let args = |rank: u32| {
+        let r = rank as usize;
+        let mut a = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), n as u64, 2);
+        if rank == 2 {
+            a.peers_reach = PeersReach::Reachable;
+        }
+        a
+    };
+    // SAFETY: every buffer holds what the call moves; the calls differ only in their reach.
+    let named = first_mismatch("reach", world, args, |a, ctx| unsafe {
+        collective::all_gather::<Host, Runtime>(a, ctx)
+    });
+    assert_eq!(named.field(), DigestField::Buffers, "reach: {named}");
+    assert!(named.rank == 2 || named.peer == 2, "reach: {named}");
 }
 
 /// A table whose entry for the rank does not hold the rank's own buffer is refused on that

@@ -84,7 +84,10 @@ pub const SIGNAL_KINDS: usize = 4;
 ///   the sender's call must agree on with this rank's (the call digest: kind, element, operator,
 ///   sizes, blocks, plan, workspace; for AllToAllV the count it sends here);
 /// - the abort records: one per sender, `[cause, time]` (`u64` each), written once by a sender
-///   whose call faulted so that every peer's waits end at once (see `snac::Cause`).
+///   whose call faulted so that every peer's waits end at once (see `snac::Cause`);
+/// - the address packets: two halves of [`ADDRESS_PACKETS`] packets per sender, the addresses
+///   of the sender's `src` and `dst` when the ranks reach each other's ordinary buffers (see
+///   `snac::symmetric`, [`PeersReach`](crate::snac::PeersReach)).
 ///
 /// ```
 /// use purlin_device::context::{SignalLayout, MAX_RANKS};
@@ -92,9 +95,13 @@ pub const SIGNAL_KINDS: usize = 4;
 /// assert_eq!(SignalLayout::flag(1, 2), (MAX_RANKS + 2) * 8);
 /// assert_eq!(SignalLayout::extent(1, 0) % 16, 0);
 /// assert_eq!(SignalLayout::arrival(1, 3, 2) % 16, 0);
-/// assert!(SignalLayout::abort(MAX_RANKS - 1) + 16 <= SignalLayout::BYTES);
+/// assert!(SignalLayout::abort(MAX_RANKS - 1) + 16 <= SignalLayout::ADDRESSES);
+/// assert!(SignalLayout::address(1, MAX_RANKS - 1, 1) + 16 <= SignalLayout::BYTES);
 /// ```
 pub struct SignalLayout;
+
+/// Packets of one sender's address record: its `src`, then its `dst`.
+pub const ADDRESS_PACKETS: usize = 2;
 
 /// Packets of one sender's arrival record (the call digest).
 pub const ARRIVAL_PACKETS: usize = 4;
@@ -130,8 +137,17 @@ impl SignalLayout {
         Self::ABORTS + sender * 16
     }
 
+    /// Offset of the first address packet.
+    pub const ADDRESSES: usize = Self::ABORTS + MAX_RANKS * 16;
+
+    /// Offset of packet `packet` (0: `src`, 1: `dst`) of `sender`'s address record in half
+    /// `half`.
+    pub const fn address(half: usize, sender: usize, packet: usize) -> usize {
+        Self::ADDRESSES + ((half * MAX_RANKS + sender) * ADDRESS_PACKETS + packet) * 16
+    }
+
     /// Total bytes.
-    pub const BYTES: usize = Self::ABORTS + MAX_RANKS * 16;
+    pub const BYTES: usize = Self::ADDRESSES + 2 * MAX_RANKS * ADDRESS_PACKETS * 16;
 }
 
 /// Offsets of the local state (in bytes from `Context::state`).

@@ -29,7 +29,7 @@ use crate::collective::{CollectiveKind, Fault};
 use crate::context::{Context, LocalState, MAX_RANKS, WorkspaceLayout};
 use crate::element::{DataType, Element};
 use crate::op::{ReduceOp, ReduceOpKind, TypedVisitor, dispatch};
-use crate::snac::symmetric::PeerAccess;
+use crate::snac::symmetric::{PeerAccess, PeersReach};
 use crate::snac::{Latency, Plan, Runtime, SnacArgs, smem_bytes};
 use core::fmt;
 use std::boxed::Box;
@@ -257,9 +257,30 @@ pub struct CommunicatorBuilder {
     latency_window_bytes: u64,
     timeout: Duration,
     symmetric: bool,
+    reach: Option<Option<u32>>,
 }
 
 impl CommunicatorBuilder {
+    /// Whether the ranks reach each other's ordinary buffers, as ranks of one process do (the
+    /// host's in-process contexts): every call then says so ([`PeersReach`]), and the calls
+    /// above the packet paths exchange their buffers' addresses at entry and run one pass over
+    /// them. `unreachable` names a rank whose buffers the others cannot reach: every rank then
+    /// stages those calls, as it learns at entry. Off by default.
+    ///
+    /// ```
+    /// use purlin_device::emulation::{Buffer, Communicator, Launch};
+    /// use purlin_device::collective::CollectiveKind;
+    /// let comm = Communicator::builder(2).peers_reach(true, None).build().unwrap();
+    /// let src: Vec<Buffer> = (0..2).map(|r| Buffer::from_slice(&[r as u8; 64 << 10])).collect();
+    /// let dst: Vec<Buffer> = (0..2).map(|_| Buffer::zeroed(128 << 10)).collect();
+    /// comm.run(&Launch::new(CollectiveKind::AllGather, 64 << 10), &src, &dst, None).unwrap();
+    /// assert_eq!(dst[0].bytes()[(64 << 10)..], src[1].bytes()[..]);
+    /// ```
+    pub fn peers_reach(mut self, on: bool, unreachable: Option<u32>) -> Self {
+        self.reach = on.then_some(unreachable);
+        self
+    }
+
     /// Whether every call's buffers (but AllToAllV's) are symmetric: each rank's call then gets the
     /// table of every rank's `src` and `dst` of the same call (the host's `SymmetricBuffer`
     /// does this on a GPU), and runs one pass over the peers' buffers where the collective
@@ -319,6 +340,7 @@ impl CommunicatorBuilder {
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
             ranks,
             symmetric: self.symmetric,
+            reach: self.reach,
         })
     }
 }
@@ -335,6 +357,8 @@ pub struct Communicator {
     timeout_ns: u64,
     ranks: Vec<RankMemory>,
     symmetric: bool,
+    /// Whether the ranks reach each other's ordinary buffers, and which rank's they do not.
+    reach: Option<Option<u32>>,
 }
 
 /// The symmetric-buffer tables of one call: every rank's `src` and `dst` (all ranks address
@@ -380,6 +404,7 @@ impl Communicator {
             staging_half_bytes: 64 << 10,
             latency_window_bytes: 16 << 10,
             symmetric: false,
+            reach: None,
             timeout: Duration::from_secs(10),
         }
     }
@@ -573,6 +598,7 @@ impl Communicator {
                                 l.threads,
                                 &|rank, block, ctx, smem| {
                                     let mut args = q.args(block, smem, &ctx);
+                                    args.peers_reach = self.reach_of(rank);
                                     if let Some(t) = tables.get(i) {
                                         t.apply(l.collective, &mut args);
                                     }
@@ -654,6 +680,7 @@ impl Communicator {
                 counts: counts.map(|c| &c[r]),
             };
             let mut args = q.args(block, smem, &ctx);
+            args.peers_reach = self.reach_of(rank);
             if let Some(t) = &tables {
                 t.apply(l.collective, &mut args);
             }
@@ -661,6 +688,17 @@ impl Communicator {
             // it; every rank makes the same call (as on a GPU).
             unsafe { call(l, args, ctx) };
         })
+    }
+}
+
+impl Communicator {
+    /// What rank `rank`'s calls say of their buffers' reach.
+    fn reach_of(&self, rank: u32) -> PeersReach {
+        match self.reach {
+            None => PeersReach::None,
+            Some(Some(r)) if r == rank => PeersReach::Unreachable,
+            Some(_) => PeersReach::Reachable,
+        }
     }
 }
 

@@ -316,3 +316,39 @@ pub fn device_addr<T>(
     let (addr, _sync) = buf.device_ptr(stream);
     addr
 }
+
+/// What the emulated ranks' buffers are to each other: ordinary (staged), symmetric (every
+/// call gets the tables of every rank's buffers), or ordinary buffers the peers reach (ranks
+/// of one process: the calls exchange their addresses), optionally but one rank's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffers {
+    /// Ordinary buffers, staged.
+    Ordinary,
+    /// Symmetric buffers.
+    Symmetric,
+    /// Ordinary buffers every peer reaches, but for the named rank's.
+    Reached(Option<u32>),
+}
+
+impl Buffers {
+    /// `builder` with these buffers.
+    pub fn apply(
+        self,
+        builder: purlin_device::emulation::CommunicatorBuilder,
+    ) -> purlin_device::emulation::CommunicatorBuilder {
+        match self {
+            Buffers::Ordinary => builder,
+            Buffers::Symmetric => builder.symmetric_buffers(true),
+            Buffers::Reached(except) => builder.peers_reach(true, except),
+        }
+    }
+
+    /// Ordinary buffers the peers reach, but for one random rank's one time in three.
+    pub fn reached(rng: &mut SmallRng, world: u32) -> Self {
+        use rand::RngExt;
+        Buffers::Reached(
+            rng.random_bool(1.0 / 3.0)
+                .then(|| rng.random_range(0..world)),
+        )
+    }
+}

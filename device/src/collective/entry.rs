@@ -14,12 +14,13 @@ use crate::partition::split_bytes;
 use crate::snac::digest::{self, Digest};
 use crate::snac::latency;
 use crate::snac::staging::{Engine, Get, Streams};
-use crate::snac::symmetric::{self, OnePass, Symmetric};
+use crate::snac::symmetric::{self, OnePass, PeerAccess, PeersReach, Symmetric};
 use crate::snac::sync::{Call, Left};
 use crate::snac::trace;
 use crate::snac::transfer::{self, NoReduce, Operator, Reducer};
 use crate::snac::{
-    Config, Plan, Refusal, SCRATCH_COUNTS, SNAC_SMEM_BYTES, SnacArgs, scratch_offset, smem_bytes,
+    Config, Plan, Refusal, SCRATCH_ADDRESSES, SCRATCH_COUNTS, SNAC_SMEM_BYTES, SnacArgs,
+    scratch_offset, smem_bytes,
 };
 use core::marker::PhantomData;
 
@@ -164,6 +165,14 @@ fn aliasing_allowed(
         InPlace::OutputIsOwnPart => s.checked_add(part) == Some(d),
         InPlace::Never => false,
     }
+}
+
+/// Whether a call's `src` and `dst`, as far as their capacities go, share no byte (not its
+/// in-place form).
+#[inline(always)]
+fn apart(args: &SnacArgs) -> bool {
+    let (s, d) = (args.src as u64, args.dst as u64);
+    s >= d.saturating_add(args.dst_bytes) || d >= s.saturating_add(args.src_bytes)
 }
 
 /// What the digest says of a call besides its collective and plan: its element and operator
@@ -668,17 +677,53 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
                 return;
             }
         };
+        // Ordinary buffers the peers can reach (ranks of one process): the ranks exchange
+        // their addresses and run the same one pass, unless one rank's are out of reach.
+        let exchanges = symmetric.is_none()
+            && access != PeerAccess::None
+            && args.peers_reach != PeersReach::None;
         let mut named = *digest;
         if let Some(sym) = symmetric {
             named[3] |= sym.digest_word();
+        } else if exchanges {
+            named[3] |= symmetric::DIRECT_WORD;
         }
         // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid
         // and `args.block < MAX_BLOCKS` (checked).
         let mut call = unsafe { self.begin::<A>(&named) };
-        if let Some(sym) = symmetric {
+        let one_pass = if exchanges {
+            let (src, dst) = match args.peers_reach {
+                PeersReach::Reachable => (args.src as u64, args.dst as u64),
+                _ => (0, 0),
+            };
+            call.announce_addresses(src, dst);
+            // SAFETY: the scratch holds SNAC_SMEM_BYTES (checked at entry), the addresses'
+            // table at SCRATCH_ADDRESSES.
+            let table = unsafe { self.scratch::<A>().add(SCRATCH_ADDRESSES) } as *mut u64;
+            // SAFETY: as above.
+            let collected = call
+                .rendezvous()
+                .and_then(|()| unsafe { call.collect_addresses(table, src, dst) });
+            match collected {
+                Err(Left) => return self.finish(&mut call, 1),
+                // SAFETY: every rank's addresses are in the table.
+                Ok(true) => unsafe {
+                    Symmetric::exchanged(table, access, Self::KIND.is_v(), apart(args))
+                },
+                Ok(false) => None,
+            }
+        } else if symmetric.is_some() {
+            if call.rendezvous().is_err() {
+                return self.finish(&mut call, 1);
+            }
+            symmetric
+        } else {
+            None
+        };
+        if let Some(sym) = one_pass {
             // SAFETY: forwarded contract; every rank checked its own buffers, and the
-            // rendezvous compares the digests (which name the buffers) before any peer's is
-            // touched.
+            // rendezvous compared the digests (which name the buffers, or say that every rank
+            // sent its addresses) before any peer's is touched.
             let _ = unsafe {
                 symmetric::run::<A, _, R>(
                     &mut call,

@@ -91,13 +91,16 @@ pub(crate) mod transfer;
 pub mod window;
 
 pub use fault::{CallKind, Cause, DigestField, FaultKind, FaultRecord, Refusal, SignalKind};
+pub use symmetric::PeersReach;
 
 use crate::atom::Atom;
 
 /// Bytes of shared memory SNAC needs for itself, after the Atom's: block-wide broadcast words,
-/// the call's epoch and digest, and the V collectives' validated counts and their parts'
-/// starts (`2 × MAX_RANKS` each).
-pub const SNAC_SMEM_BYTES: u32 = SCRATCH_STARTS as u32 + 2 * crate::context::MAX_RANKS as u32 * 8;
+/// the call's epoch and digest, the V collectives' validated counts and their parts' starts
+/// (`2 × MAX_RANKS` each), and every rank's `src` and `dst` addresses when the ranks reach each
+/// other's ordinary buffers (`MAX_RANKS` each).
+pub const SNAC_SMEM_BYTES: u32 =
+    SCRATCH_ADDRESSES as u32 + 2 * crate::context::MAX_RANKS as u32 * 8;
 
 /// Where in SNAC's scratch the call digest lies (bytes).
 pub(crate) const SCRATCH_DIGEST: usize = 16;
@@ -107,6 +110,9 @@ pub(crate) const SCRATCH_STATUS: usize = 48;
 pub(crate) const SCRATCH_COUNTS: usize = 64;
 /// Where in SNAC's scratch the V parts' starts lie (bytes; the sums of the counts before each).
 pub(crate) const SCRATCH_STARTS: usize = SCRATCH_COUNTS + 2 * crate::context::MAX_RANKS * 8;
+/// Where in SNAC's scratch the ranks' exchanged buffer addresses lie (bytes): every rank's
+/// `src`, then every rank's `dst`.
+pub(crate) const SCRATCH_ADDRESSES: usize = SCRATCH_STARTS + 2 * crate::context::MAX_RANKS * 8;
 
 /// Dynamic shared memory a collective kernel with Atom `A` needs per block: the Atom's
 /// pipeline, then SNAC's scratch words (block-wide broadcasts).
@@ -339,6 +345,12 @@ pub struct SnacArgs {
     /// What names the symmetric buffers alike on every rank (0: ordinary buffers), compared by
     /// the call digest: no rank reads or writes a peer's buffer that the peer did not pass.
     pub buffers: u64,
+    /// Whether the peers can reach this call's ordinary buffers (ranks of one process): a call
+    /// above the packet paths whose buffers are not symmetric then exchanges its buffers'
+    /// addresses at entry and runs one pass over them like symmetric buffers (see
+    /// [`PeersReach`]). Every rank of a call passes [`PeersReach::None`] or none does (the
+    /// digest compares it).
+    pub peers_reach: PeersReach,
 }
 
 // SAFETY: plain addresses and sizes; the collective's contract says who may touch the memory.
@@ -367,6 +379,7 @@ impl SnacArgs {
             src_peers: core::ptr::null(),
             dst_peers: core::ptr::null(),
             buffers: 0,
+            peers_reach: PeersReach::None,
         }
     }
 

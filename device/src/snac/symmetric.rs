@@ -97,6 +97,39 @@ pub enum PeerAccess {
     Read,
 }
 
+/// Whether a rank's peers can reach its ordinary buffers ([`SnacArgs::peers_reach`]).
+///
+/// Ranks that share one address space (threads of one process: on one GPU, or on GPUs with
+/// peer access) can address each other's ordinary device memory. Their calls above the packet
+/// paths then need no symmetric buffers to run one pass: block 0 sends every peer this call's
+/// `src` and `dst` addresses in packets beside its arrival (`0` when the peers cannot reach
+/// them), every block collects them after the entry meeting, and the call runs the symmetric
+/// regime over them — or, when one rank's buffers are out of reach, the staged regime on every
+/// rank alike. The exit meeting keeps every buffer in use until no peer touches it.
+///
+/// ```
+/// use purlin_device::snac::{PeersReach, SnacArgs};
+/// let args = SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 0, 1);
+/// assert_eq!(args.peers_reach, PeersReach::None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum PeersReach {
+    /// The ranks do not share an address space (or the caller does not say): ordinary buffers
+    /// are staged.
+    #[default]
+    None = 0,
+    /// The ranks share one and the peers reach this call's `src` and `dst`.
+    Reachable = 1,
+    /// The ranks share one, but the peers cannot reach this call's buffers (memory they have
+    /// no access to): every rank stages this call.
+    Unreachable = 2,
+}
+
+/// What the call digest's last packet adds, in its high 32 bits, for a call that exchanges its
+/// ordinary buffers' addresses ([`PeersReach`]): every rank must, or none.
+pub(crate) const DIRECT_WORD: u64 = 0xd1ec_7001 << 32;
+
 /// Which of the peers' buffers a one-pass call may touch: every rank's `src` (`reads`) and
 /// every rank's `dst` (`writes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,6 +271,43 @@ impl Symmetric {
         }))
     }
 
+    /// The buffers of a call whose ranks exchanged their ordinary buffers' addresses
+    /// ([`PeersReach`]): `table` holds every rank's `src` address, then at `MAX_RANKS` every
+    /// rank's `dst`. Which of them the call uses follows its collective's `access` as for
+    /// symmetric buffers of both kinds: both tables where it reads and writes (AllReduce, and
+    /// a V collective whose ranks share uneven parts out evenly, `apart` from its in-place
+    /// form); `dst` for a push (AllGather(V) otherwise); `src` for the others.
+    ///
+    /// # Safety
+    /// `table` holds `2 × MAX_RANKS` addresses, the first `world` of each half filled in.
+    #[inline(always)]
+    pub(crate) unsafe fn exchanged(
+        table: *const u64,
+        access: PeerAccess,
+        is_v: bool,
+        apart: bool,
+    ) -> Option<Self> {
+        let (reads, writes) = match access {
+            PeerAccess::None => return None,
+            PeerAccess::ReadWrite => (true, true),
+            PeerAccess::WriteElseRead | PeerAccess::ReadMaybeWrite if is_v && apart => (true, true),
+            PeerAccess::WriteElseRead => (false, true),
+            PeerAccess::ReadMaybeWrite | PeerAccess::Read => (true, false),
+        };
+        let half = |on: bool, h: usize| {
+            // SAFETY: the table holds `2 × MAX_RANKS` addresses.
+            on.then(|| Peers {
+                table: unsafe { table.add(h * crate::context::MAX_RANKS) },
+                offset: 0,
+            })
+        };
+        Some(Self {
+            src: half(reads, 0),
+            dst: half(writes, 1),
+            word: DIRECT_WORD,
+        })
+    }
+
     /// What the call digest's last packet adds for this call, in its high 32 bits (never 0:
     /// 0 means ordinary buffers; the low 32 bits hold a V call's counts): the buffers'
     /// identity ([`SnacArgs::buffers`]) and where the call's ranges start in them, so that
@@ -258,8 +328,8 @@ impl Symmetric {
 }
 
 /// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's own are
-/// `src` and `dst`), reducing with `reducer`, between the entry and exit meetings (see the
-/// module docs). Every block takes an even, 16-byte-aligned slice of every move; a push or a
+/// `src` and `dst`), reducing with `reducer`, after the entry meeting (the caller's
+/// [`Call::rendezvous`]) and up to the exit meeting (see the module docs). Every block takes an even, 16-byte-aligned slice of every move; a push or a
 /// reduction into every rank's output loads each byte once and stores it into every output
 /// ([`Atom::copy_to_all`], [`Atom::reduce_to_all`]).
 ///
@@ -268,7 +338,7 @@ impl Symmetric {
 /// arriving, and the digest says they all made this call on these buffers); the moves need
 /// the tables `sym` has (pulls, spreads and reductions every rank's `src`; pushes, spreads and
 /// reductions into other ranks' outputs every rank's `dst`); `smem` as [`Atom::copy`] needs;
-/// every thread of every block of the call calls.
+/// every thread of every block of the call calls, after the rendezvous.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
@@ -281,7 +351,6 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     reducer: R,
     smem: *mut u8,
 ) -> Result<(), Left> {
-    call.rendezvous()?;
     let (me, world) = (call.me(), call.world());
     let share = |len: u64| {
         let (at, n) = split_bytes(len as usize, 16, blocks as usize, call.block as usize);

@@ -336,6 +336,88 @@ impl<'a> Call<'a> {
         self.mark(Point::Announced);
     }
 
+    /// Sends every peer this rank's `src` and `dst` addresses for this call, beside its arrival
+    /// (block 0 only; `0, 0` when the peers cannot reach them): the exchange of a call whose
+    /// ranks reach each other's ordinary buffers (see `symmetric::PeersReach`). Packets, like
+    /// the arrival: a peer polls them with the call's flag.
+    #[inline(always)]
+    pub(crate) fn announce_addresses(&self, src: u64, dst: u64) {
+        if self.block != 0 {
+            return;
+        }
+        let flag = packet::flag32(self.epoch);
+        let mut q = self.tid;
+        while q < self.world() {
+            if q != self.me() {
+                for (k, v) in [src, dst].into_iter().enumerate() {
+                    // SAFETY: rank q's signal array holds this rank's address packets.
+                    unsafe { packet::put(self.address(q, self.me(), k), v, flag) };
+                }
+            }
+            q += self.threads;
+        }
+    }
+
+    /// Collects every rank's `src` and `dst` addresses for this call into `table` (`src` at
+    /// `table[r]`, `dst` at `table[MAX_RANKS + r]`; this rank's own are `src` and `dst`), the
+    /// block's threads sharing the peers: `Ok(true)` when every rank's are reachable (none is
+    /// 0), `Ok(false)` when one rank's are not, a recorded fault when a peer's never came.
+    /// After [`rendezvous`](Self::rendezvous); every thread calls.
+    ///
+    /// # Safety
+    /// `table` is this block's shared memory for `2 × MAX_RANKS` addresses.
+    #[inline(never)]
+    pub(crate) unsafe fn collect_addresses(
+        &self,
+        table: *mut u64,
+        src: u64,
+        dst: u64,
+    ) -> Result<bool, Left> {
+        let flag = packet::flag32(self.epoch);
+        let (mut ok, mut reachable) = (true, true);
+        let mut q = self.tid;
+        while q < self.world() {
+            let mut got = [src, dst];
+            if q != self.me() {
+                for (k, v) in got.iter_mut().enumerate() {
+                    let at = self.address(self.me(), q, k);
+                    let waited = self.spin(q, SignalKind::Arrival, flag as u64, || {
+                        // SAFETY: this rank's own signal array holds `q`'s address packets.
+                        match unsafe { packet::try_get(at, flag) } {
+                            Ok(a) => {
+                                *v = a;
+                                None
+                            }
+                            Err(seen) => Some(seen),
+                        }
+                    });
+                    ok &= waited.is_ok();
+                }
+            }
+            reachable &= got[0] != 0 && got[1] != 0;
+            // SAFETY: `q < world <= MAX_RANKS`; the caller's table holds `2 × MAX_RANKS`.
+            unsafe {
+                table.add(q as usize).write_volatile(got[0]);
+                table
+                    .add(crate::context::MAX_RANKS + q as usize)
+                    .write_volatile(got[1]);
+            }
+            q += self.threads;
+        }
+        if arch::sync_block_or(!ok) {
+            return Err(Left);
+        }
+        Ok(!arch::sync_block_or(!reachable))
+    }
+
+    /// Packet `k` of the address record `sender` writes to `rank` in this call's half.
+    #[inline(always)]
+    fn address(&self, rank: u32, sender: u32, k: usize) -> *mut u8 {
+        (self.ctx.signals[rank as usize]
+            + SignalLayout::address(self.half() as usize, sender as usize, k) as u64)
+            as *mut u8
+    }
+
     /// Whether `peer`'s arrival packets for this call are here (it launched the call).
     #[inline(always)]
     fn arrived(&self, peer: u32) -> bool {
