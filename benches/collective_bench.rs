@@ -52,6 +52,7 @@ fn bench(args: &Args) -> Result<(), String> {
             },
             trace: args.trace,
             strict_order: args.strict_order,
+            staged: args.staged,
             ..Default::default()
         }],
         sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),
@@ -109,6 +110,8 @@ fn bench(args: &Args) -> Result<(), String> {
         },
         if args.symmetric {
             "symmetric"
+        } else if args.staged {
+            "ordinary (staged)"
         } else {
             "ordinary"
         },

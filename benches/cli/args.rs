@@ -123,6 +123,11 @@ pub struct Args {
     /// peers' buffers.
     #[arg(long)]
     pub symmetric: bool,
+    /// Stage ordinary buffers through the workspace (`Options::staged`) even where the ranks
+    /// share one address space (the virtual node), whose calls above the packet paths otherwise
+    /// reach the peers' buffers directly.
+    #[arg(long, conflicts_with = "symmetric")]
+    pub staged: bool,
     /// Trace the calls (`Options::trace`) and print on stderr, per size, when the last timed
     /// call passed each phase on every rank (µs after the first rank's entry; one clock per
     /// GPU, so ranks compare on the virtual node).

@@ -162,6 +162,29 @@ impl Context {
         &self.symmetric
     }
 
+    /// Whether every rank reaches every other rank's ordinary buffers: all ranks are threads
+    /// of this process, on host memory or all on this rank's GPU (so any memory one rank's
+    /// kernels reach, every rank's do). The same answer on every rank: each sees the same
+    /// bootstrap and the same set of GPUs.
+    ///
+    /// Ranks on several GPUs of one process reach only the peers' memory their GPU was granted
+    /// (plain allocations once peer access is on, but not memory pools or virtual memory
+    /// mapped without access): those stage, as ranks in several processes do.
+    ///
+    /// ```
+    /// # use purlin::{bootstrap::*, memory::HostAllocator, workspace::*, Context};
+    /// # let b = InProcess::group(1)?.remove(0);
+    /// # let ctx = Context::new_host(0, 1, Workspace::new(&b, HostAllocator::new(), WorkspaceRequirements::small())?)?;
+    /// assert!(ctx.shares_address_space());
+    /// # Ok::<(), purlin::Error>(())
+    /// ```
+    pub fn shares_address_space(&self) -> bool {
+        let ws = &self.workspace;
+        ws.bootstrap().same_process()
+            && (ws.memory() == crate::memory::Memory::Host
+                || ws.ranks_on_this_gpu() == self.world())
+    }
+
     /// This rank.
     ///
     /// ```

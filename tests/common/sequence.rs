@@ -66,6 +66,9 @@ pub struct Step {
     pub algorithm: Option<Algorithm>,
     /// Reduction mode.
     pub mode: ReductionMode,
+    /// On a GPU context whose ranks share one address space: stage the buffers anyway
+    /// (`Options::staged`) rather than reach the peers' directly.
+    pub staged: bool,
 }
 
 const KINDS: [CollectiveKind; 7] = CollectiveKind::ALL;
@@ -159,6 +162,7 @@ impl Step {
                 .then_some(algorithm)
                 .flatten(),
             mode,
+            staged: rng.random_bool(0.3),
         }
     }
 
@@ -332,7 +336,7 @@ impl Step {
             format!("count {}", self.count)
         };
         format!(
-            "{} {:?} {:?} {sizes} blocks {} threads {} plan {:?} algorithm {:?} mode {:?}{}",
+            "{} {:?} {:?} {sizes} blocks {} threads {} plan {:?} algorithm {:?} mode {:?}{}{}",
             self.kind.name(),
             self.dtype,
             self.op,
@@ -342,6 +346,7 @@ impl Step {
             self.algorithm,
             self.mode,
             if self.runtime_op { " (_op form)" } else { "" },
+            if self.staged { " staged" } else { "" },
         )
     }
 }

@@ -95,6 +95,7 @@ unsafe fn launch_spans(
                 blocks: step.blocks,
                 plan,
             }),
+        staged: step.staged,
         ..Options::default()
     };
     let (dtype, op, count) = (step.dtype, step.op, step.count);

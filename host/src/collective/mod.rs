@@ -146,6 +146,14 @@ pub struct Options {
     ///
     /// [`Plan::launch_dependents`]: purlin_device::snac::Plan::launch_dependents
     pub strict_order: bool,
+    /// Stage ordinary buffers through the workspace even where the peers reach them. By
+    /// default (`false`), when every rank of the context is a thread of this process on one
+    /// GPU (or the context is on host memory), a call above the packet paths exchanges its
+    /// `src` and `dst` addresses with the peers at entry and moves the data in one pass
+    /// between the ranks' own buffers, as over [`SymmetricBuffer`](crate::SymmetricBuffer)s;
+    /// ranks in several processes or on several GPUs always stage. Every rank must pass the
+    /// same: a call whose ranks disagree faults, naming the buffers.
+    pub staged: bool,
 }
 
 /// One call, checked and ready to launch.

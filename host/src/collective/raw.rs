@@ -4,6 +4,7 @@
 
 use super::*;
 use purlin_device::collective::Extent;
+use purlin_device::snac::PeersReach;
 
 /// How many parts of `count` elements a collective of fixed parts reads and writes per rank:
 /// (in `src`, in `dst`).
@@ -92,7 +93,7 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
         let needs = if kind.reduces() { "needs" } else { "takes no" };
         return not_its("op", &format!("{needs} an operator"));
     }
-    let (call, band_bytes) = match size {
+    let (mut call, band_bytes) = match size {
         Size::Count(count) if !kind.is_v() => fixed_call(ctx, kind, dtype, dst, src, count, op)?,
         Size::Counts(counts) if kind.is_v() => v_call(ctx, kind, dtype, dst, src, counts, op)?,
         _ => {
@@ -100,8 +101,21 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
             return not_its("size", &format!("is sized by {by}"));
         }
     };
+    call.args.peers_reach = peers_reach(ctx, &call.args, options);
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
+}
+
+/// What a call says of its ordinary buffers' reach: reachable when every rank of the context
+/// shares this process and its GPU (or host memory) and neither buffer is a symmetric one,
+/// unless the caller asks to stage. The same on every rank that passes the same options.
+fn peers_reach(ctx: &Context, args: &SnacArgs, options: &Options) -> PeersReach {
+    let ordinary = args.src_peers.is_null() && args.dst_peers.is_null();
+    if ordinary && !options.staged && ctx.shares_address_space() {
+        PeersReach::Reachable
+    } else {
+        PeersReach::None
+    }
 }
 
 /// Checks a collective of fixed-size parts (see [`parts`]) of `count` elements: the call and
