@@ -18,6 +18,11 @@
 //! consecutive-calls rule asks) to every peer once all its moves are done, and block 0 waits
 //! for every peer's: no rank ends the call, and lets its stream reuse its buffers, while a
 //! peer still reads or writes them.
+//!
+//! Ordinary buffers take the same pass where the ranks share one address space
+//! ([`PeersReach`]): the tables are then this call's addresses, exchanged beside the arrival
+//! (`Call::announce_addresses`, `Call::collect_addresses`) instead of mapped ahead, and the
+//! digest says that every rank sent them (`DIRECT_WORD`).
 
 use super::SnacArgs;
 use super::epoch;
