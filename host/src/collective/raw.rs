@@ -101,21 +101,56 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
             return not_its("size", &format!("is sized by {by}"));
         }
     };
-    call.args.peers_reach = peers_reach(ctx, &call.args, options);
+    let moved = match size {
+        Size::Count(_) => {
+            let (src_parts, dst_parts) = parts(kind, ctx.world());
+            Some(band_bytes.saturating_mul(src_parts.max(dst_parts) as u64))
+        }
+        Size::Counts(_) => None,
+    };
+    call.args.peers_reach = peers_reach(ctx, kind, moved, &call.args, options);
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
 }
 
 /// What a call says of its ordinary buffers' reach: reachable when every rank of the context
-/// shares this process and its GPU (or host memory) and neither buffer is a symmetric one,
-/// unless the caller asks to stage. The same on every rank that passes the same options.
-fn peers_reach(ctx: &Context, args: &SnacArgs, options: &Options) -> PeersReach {
+/// shares this process and its GPU (or host memory), neither buffer is a symmetric one and
+/// the call is large enough for the one pass to pay ([`direct_pays`]), unless the caller asks
+/// to stage. The same on every rank that passes the same options (the count, which `moved`
+/// comes from, is compared by the call's digest).
+fn peers_reach(
+    ctx: &Context,
+    kind: CollectiveKind,
+    moved: Option<u64>,
+    args: &SnacArgs,
+    options: &Options,
+) -> PeersReach {
     let ordinary = args.src_peers.is_null() && args.dst_peers.is_null();
-    if ordinary && !options.staged && ctx.shares_address_space() {
+    if ordinary && !options.staged && direct_pays(kind, moved) && ctx.shares_address_space() {
         PeersReach::Reachable
     } else {
         PeersReach::None
     }
+}
+
+/// Whether a fixed-size call moving `moved` bytes per rank (its larger buffer: nccl-tests'
+/// size) runs faster in one pass over the peers' buffers than staged: from 4 MiB for
+/// AllReduce, 8 MiB for AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass
+/// first won on an H100 with 8 ranks (one graph for every rank's calls; below, the pass's
+/// entry exchange and exit meeting cost up to 9 µs more than staging:
+/// `benches/RESULTS.md`). The V forms (`moved` unknown: their counts are on the device and
+/// each rank's bound is its own) always take the pass.
+fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
+    const MIB: u64 = 1 << 20;
+    let Some(moved) = moved else {
+        return true;
+    };
+    let from = match kind {
+        CollectiveKind::AllReduce => 4 * MIB,
+        CollectiveKind::AllGather => 8 * MIB,
+        _ => 2 * MIB,
+    };
+    moved >= from
 }
 
 /// Checks a collective of fixed-size parts (see [`parts`]) of `count` elements: the call and
