@@ -3,8 +3,8 @@
 //! process: the calls exchange their addresses at entry), AllReduce, AllGather(V) (pushing
 //! onto symmetric outputs, pulling onto ordinary ones), ReduceScatter(V) and AllToAll run one
 //! pass over the peers' buffers (no staging); when one rank's buffers are out of the peers'
-//! reach every rank stages the call; AllToAllV, which has no such pass, still runs with the
-//! tables given. Every call draws its kind of buffers. Every world from 1 to 16, every element
+//! reach every rank stages the call; AllToAllV runs its pass only over the exchanged
+//! addresses (each rank announces where its part for each peer starts). Every call draws its kind of buffers. Every world from 1 to 16, every element
 //! type and operator of the reductions, sizes from 0 to several of the regime's pieces, 1 to 3
 //! blocks of 1 or 64 threads, in place where the collective allows it; reductions bit-exact
 //! with the f32 rank-order reference and within the f64 tolerance. Then what must fail: a rank
@@ -480,8 +480,7 @@ fn starts(counts: &[u64]) -> Vec<usize> {
 }
 
 /// AllGatherV (pushing onto symmetric outputs, pulling onto ordinary ones, in place) and
-/// ReduceScatterV (every type and operator) over symmetric buffers, skewed counts with zeros;
-/// an AllToAllV given the tables runs its ordinary path.
+/// ReduceScatterV (every type and operator) over symmetric buffers, skewed counts with zeros.
 #[test]
 fn v_forms_over_symmetric_buffers() {
     let mut rng = fresh_rng("v_forms_over_symmetric_buffers");
@@ -580,23 +579,69 @@ fn v_forms_over_symmetric_buffers() {
                 check_reduced(&format!("{what}, rank {r}"), dtype, op, &parts, &d.bytes());
             }
         }
-        // AllToAllV with the tables given: part q of rank p's input (one byte each) on rank q.
-        let n = 300usize;
-        let mut sent = vec![0u64; 2 * w];
-        sent[..w].fill(n as u64);
-        sent[w..].fill(n as u64);
-        let inputs: Vec<Vec<u8>> = (0..w).map(|_| random_bytes(&mut rng, n * w)).collect();
-        let src = buffers(&inputs);
-        let dst = poisoned_per_rank(w, n * w);
-        let l = launch(CollectiveKind::AllToAllV, 0, 2, 1);
-        let (_, comm) = kinds.draw(&mut rng);
-        comm.run(&l, &src, &dst, Some(&counts_per_rank(w, &sent)))
-            .unwrap_or_else(|e| panic!("all_to_all_v world {world}: {e}"));
-        for (r, d) in dst.iter().enumerate() {
-            assert!(
-                d.bytes() == all_to_all_part(&inputs, r, n),
-                "all_to_all_v world {world}, rank {r}"
+    });
+}
+
+/// AllToAllV drawing per-pair counts (skewed, with zeros, every rank its own row) on every
+/// kind of one-pass communicator: where the peers reach the ordinary buffers each rank
+/// announces where its part for each peer starts and the peer pulls it; where one rank's are
+/// out of reach, and on the symmetric communicator (which gives AllToAllV no tables: its pass
+/// needs the exchanged addresses), the call stages.
+#[test]
+fn all_to_all_v_over_exchanged_addresses() {
+    let mut rng = fresh_rng("all_to_all_v_over_exchanged_addresses");
+    for_every_world(|world, kinds, _| {
+        let w = world as usize;
+        for case in 0..4 {
+            let (blocks, threads) = shape(&mut rng, world);
+            let (kind, comm) = kinds.draw(&mut rng);
+            let elem = [1usize, 2, 4, 8][case];
+            // sent[p][q]: elements rank p sends rank q.
+            let sent: Vec<Vec<u64>> = (0..w).map(|_| v_counts(&mut rng, world, elem)).collect();
+            let inputs: Vec<Vec<u8>> = sent
+                .iter()
+                .map(|row| random_bytes(&mut rng, row.iter().sum::<u64>() as usize * elem))
+                .collect();
+            // Rank q's output: rank p's part for q, in rank order.
+            let want: Vec<Vec<u8>> = (0..w)
+                .map(|q| {
+                    (0..w)
+                        .flat_map(|p| {
+                            let at = starts(&sent[p])[q] * elem;
+                            inputs[p][at..at + sent[p][q] as usize * elem].to_vec()
+                        })
+                        .collect()
+                })
+                .collect();
+            let counts: Vec<Buffer> = (0..w)
+                .map(|r| {
+                    let received = (0..w).map(|p| sent[p][r]);
+                    let row: Vec<u64> = sent[r].iter().copied().chain(received).collect();
+                    Buffer::from_slice(&row)
+                })
+                .collect();
+            // Every buffer one element longer than its counts need, poisoned past them.
+            let src: Vec<Buffer> = inputs
+                .iter()
+                .map(|i| Buffer::from_slice(&[i.as_slice(), &vec![POISON; elem]].concat()))
+                .collect();
+            let dst: Vec<Buffer> = want.iter().map(|v| poisoned(v.len() + elem)).collect();
+            let mut l = launch(CollectiveKind::AllToAllV, 0, blocks, threads);
+            l.elem_bytes = elem as u32;
+            let what = format!(
+                "all_to_all_v {kind:?} world {world} elem {elem} sent {sent:?}, {blocks} blocks x {threads}"
             );
+            comm.run(&l, &src, &dst, Some(&counts))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            for (r, d) in dst.iter().enumerate() {
+                let got = d.bytes();
+                let (part, tail) = got.split_at(want[r].len());
+                assert!(part == want[r], "{what}, rank {r}");
+                assert!(
+                    tail.iter().all(|&b| b == POISON),
+                    "{what}, rank {r}: wrote past"
+                );
+            }
         }
     });
 }

@@ -377,9 +377,13 @@ impl Tables {
         Self { src, dst }
     }
 
-    /// Marks a call's arguments symmetric (every call whose collective has a one-pass form).
+    /// Marks a call's arguments symmetric (every call whose collective has a one-pass form over
+    /// symmetric buffers: not AllToAllV's, which only exchanged addresses give).
     fn apply(&self, kind: CollectiveKind, args: &mut SnacArgs) {
-        if kind.semantics().peers != PeerAccess::None {
+        if !matches!(
+            kind.semantics().peers,
+            PeerAccess::None | PeerAccess::ReadAnnounced
+        ) {
             args.src_peers = self.src.as_ptr();
             args.dst_peers = self.dst.as_ptr();
             args.buffers = Self::BUFFERS;

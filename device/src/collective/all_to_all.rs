@@ -27,12 +27,14 @@ pub(crate) const ALL_TO_ALL: Semantics = Semantics {
     peers: PeerAccess::Read,
 };
 
-/// AllToAllV: two counts per rank (sent to it, received from it); never one pass over
-/// symmetric buffers (packets when small, else staged), since a rank cannot compute where its
-/// part lies in a peer's buffers.
+/// AllToAllV: two counts per rank (sent to it, received from it). A rank cannot compute where
+/// its part lies in a peer's input, so the one pass runs only where the ranks exchange their
+/// buffers' addresses (ordinary buffers the peers reach): each rank announces to each peer
+/// where its part for it starts, and the peer pulls it. Symmetric buffers of ranks in
+/// several processes stage (packets when small).
 pub(crate) const ALL_TO_ALL_V: Semantics = Semantics {
     counts_per_rank: 2,
-    peers: PeerAccess::None,
+    peers: PeerAccess::ReadAnnounced,
     ..ALL_TO_ALL
 };
 

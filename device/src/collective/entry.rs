@@ -686,15 +686,22 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         if let Some(sym) = symmetric {
             named[3] |= sym.digest_word();
         } else if exchanges {
-            named[3] |= symmetric::DIRECT_WORD;
+            named[0] |= digest::EXCHANGES_ADDRESSES;
         }
         // SAFETY: `args.smem` holds the scratch (and the Atom's unless lean); `ctx` is valid
         // and `args.block < MAX_BLOCKS` (checked).
         let mut call = unsafe { self.begin::<A>(&named) };
         let one_pass = if exchanges {
-            let (src, dst) = match args.peers_reach {
-                PeersReach::Reachable => (args.src as u64, args.dst as u64),
-                _ => (0, 0),
+            let reachable = args.peers_reach == PeersReach::Reachable;
+            let dst = if reachable { args.dst as u64 } else { 0 };
+            // What peer `q` reads from: this rank's `src`, or where its part for `q` starts
+            // when only this rank knows that.
+            let src = |q: u32| match (reachable, access) {
+                (false, _) => 0,
+                (true, PeerAccess::ReadAnnounced) => {
+                    (args.src as u64).wrapping_add(streams.announced(q))
+                }
+                (true, _) => args.src as u64,
             };
             call.announce_addresses(src, dst);
             // SAFETY: the scratch holds SNAC_SMEM_BYTES (checked at entry), the addresses'

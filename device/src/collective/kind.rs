@@ -224,7 +224,11 @@ mod tests {
             assert_eq!(k.reduces(), reduces.contains(&k), "{k:?}");
             assert_eq!(k.is_v(), v.contains(&k), "{k:?}");
             assert_eq!(s.per_pair(), k == AllToAllV, "{k:?}");
-            assert_eq!(s.peers == PeerAccess::None, k == AllToAllV, "{k:?}");
+            assert_eq!(
+                s.peers == PeerAccess::ReadAnnounced,
+                k == AllToAllV,
+                "{k:?}"
+            );
         }
         assert_eq!(AllReduce.semantics().in_place, InPlace::Same);
         assert_eq!(ReduceScatterV.semantics().src, Extent::All);

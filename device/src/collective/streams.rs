@@ -365,23 +365,33 @@ impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
 }
 
 /// Over symmetric buffers: pull the part of rank `p`'s `src` meant for this rank into part `p`
-/// of `dst`.
+/// of `dst`, as long as this rank receives from `p` (`p` sends as much: the digest compares
+/// it). Where it lies in `p`'s `src` follows from `p`'s layout, or `p` announced it
+/// (AllToAllV, whose counts are each rank's own).
 impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
     fn moves(&self, _: Reach) -> u32 {
         self.b.world
     }
     #[inline(always)]
-    fn pass(&self, j: u32, _: Reach) -> Move {
+    fn pass(&self, j: u32, reach: Reach) -> Move {
         let me = self.b.me;
         let p = (me + j) % self.b.world;
-        let (src_at, len) = self.src.part(p, me);
-        let (dst_at, _) = self.dst.part(me, p);
+        let src_at = if reach.announced {
+            0
+        } else {
+            self.src.part(p, me).0
+        };
+        let (dst_at, len) = self.dst.part(me, p);
         Move::Pull {
             peer: p,
             src_at,
             dst_at,
             len,
         }
+    }
+    #[inline(always)]
+    fn announced(&self, peer: u32) -> u64 {
+        self.src.part(self.b.me, peer).0
     }
 }
 

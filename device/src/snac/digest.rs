@@ -21,6 +21,9 @@
 //! b = a;
 //! b[1] = 8192;
 //! assert_eq!(compare(&a, &b), Some((DigestField::Size, 4096, 8192)));
+//! b = a;
+//! b[0] |= purlin_device::snac::digest::EXCHANGES_ADDRESSES;
+//! assert_eq!(compare(&a, &b), Some((DigestField::Buffers, 0, 1)));
 //! assert_eq!(compare(&a, &a), None);
 //! ```
 
@@ -39,8 +42,14 @@ pub const PER_PAIR: u64 = u64::MAX;
 /// receiver the count it sends it) rather than the same for every peer.
 pub const PER_PAIR_COUNTS: u64 = 1 << 40;
 
+/// A flag of the `shape` packet: the call exchanges its ordinary buffers' addresses at entry
+/// (see [`PeersReach`](super::PeersReach)). Every rank must, or none (a rank that stages would
+/// never send the addresses its peers wait for): a difference is named as the buffers.
+pub const EXCHANGES_ADDRESSES: u64 = 1 << 41;
+
 /// The `shape` packet: what the call runs, element code, operator code, mode, algorithm (one
-/// byte each), blocks (16 bits); flags such as [`PER_PAIR_COUNTS`] are or-ed in by the caller.
+/// byte each), blocks (16 bits); flags such as [`PER_PAIR_COUNTS`] and
+/// [`EXCHANGES_ADDRESSES`] are or-ed in by the caller.
 #[inline(always)]
 pub const fn shape(
     kind: CallKind,
@@ -135,6 +144,11 @@ pub const fn compare(mine: &Digest, theirs: &Digest) -> Option<(DigestField, u64
             return Some((field, a, b));
         }
         i += 1;
+    }
+    if (mine[0] ^ theirs[0]) & EXCHANGES_ADDRESSES != 0 {
+        let bit = EXCHANGES_ADDRESSES.trailing_zeros();
+        let (a, b) = ((mine[0] >> bit) & 1, (theirs[0] >> bit) & 1);
+        return Some((DigestField::Buffers, a, b));
     }
     if mine[1] != theirs[1] {
         return Some((DigestField::Size, mine[1], theirs[1]));

@@ -128,8 +128,9 @@ wire_enum! {
         /// The V counts: AllGatherV and ReduceScatterV counts differ between the ranks, or
         /// (AllToAllV) what the peer sends here differs from what this rank expects from it.
         Counts = 10 => "counts",
-        /// The symmetric buffers of a fixed-size call: one rank passed symmetric buffers and the
-        /// other ordinary ones, or other symmetric buffers.
+        /// The buffers: one rank passed symmetric buffers and the other ordinary ones, or other
+        /// symmetric buffers, or one rank exchanges its ordinary buffers' addresses (its peers
+        /// reach them) and the other does not (values 1 and 0).
         Buffers = 11 => "symmetric buffers",
     }
 

@@ -349,7 +349,9 @@ pub struct SnacArgs {
     /// above the packet paths whose buffers are not symmetric then exchanges its buffers'
     /// addresses at entry and runs one pass over them like symmetric buffers (see
     /// [`PeersReach`]). Every rank of a call passes [`PeersReach::None`] or none does (the
-    /// digest compares it).
+    /// digest compares it). [`PeersReach::Reachable`] is part of the entry points' contract:
+    /// every peer's kernels can read and write this rank's `src` and `dst` at these addresses
+    /// (ranks of one process on one GPU; the host sets it only there).
     pub peers_reach: PeersReach,
 }
 

@@ -22,7 +22,10 @@
 //! Ordinary buffers take the same pass where the ranks share one address space
 //! ([`PeersReach`]): the tables are then this call's addresses, exchanged beside the arrival
 //! (`Call::announce_addresses`, `Call::collect_addresses`) instead of mapped ahead, and the
-//! digest says that every rank sent them (`DIRECT_WORD`).
+//! digest says that every rank sent them (`digest::EXCHANGES_ADDRESSES`). A collective whose
+//! ranks cannot compute where their parts lie in a peer's input (AllToAllV: each rank holds
+//! only its own counts) has each rank announce to each peer the address of the part meant for
+//! it ([`PeerAccess::ReadAnnounced`]).
 
 use super::SnacArgs;
 use super::epoch;
@@ -100,6 +103,12 @@ pub enum PeerAccess {
     ReadMaybeWrite,
     /// Reads every rank's `src`.
     Read,
+    /// Reads, from every rank's `src`, the part meant for this rank at the address that rank
+    /// announces for it ([`OnePass::announced`]): a rank's layout is its own (AllToAllV's
+    /// counts), so only its owner knows where a part lies. Only over ordinary buffers the
+    /// peers reach ([`PeersReach`]), whose addresses the ranks exchange anyway; symmetric
+    /// buffers of ranks in several processes stage.
+    ReadAnnounced,
 }
 
 /// Whether a rank's peers can reach its ordinary buffers ([`SnacArgs::peers_reach`]).
@@ -131,16 +140,15 @@ pub enum PeersReach {
     Unreachable = 2,
 }
 
-/// What the call digest's last packet adds, in its high 32 bits, for a call that exchanges its
-/// ordinary buffers' addresses ([`PeersReach`]): every rank must, or none.
-pub(crate) const DIRECT_WORD: u64 = 0xd1ec_7001 << 32;
-
 /// Which of the peers' buffers a one-pass call may touch: every rank's `src` (`reads`) and
-/// every rank's `dst` (`writes`).
+/// every rank's `dst` (`writes`); `announced` when each rank's entry of the `src` table is
+/// where its part for this rank starts ([`PeerAccess::ReadAnnounced`]: a pull's `src_at` is
+/// then 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Reach {
     pub(crate) reads: bool,
     pub(crate) writes: bool,
+    pub(crate) announced: bool,
 }
 
 /// Where the bytes of `part` (offset and length in a layout of `total` bytes) lie inside rank
@@ -170,6 +178,11 @@ pub(crate) trait OnePass {
     fn moves(&self, reach: Reach) -> u32;
     /// Move `j`.
     fn pass(&self, j: u32, reach: Reach) -> Move;
+    /// Where this rank's part for `peer` starts in its `src`, for a collective whose peers
+    /// cannot compute it ([`PeerAccess::ReadAnnounced`]): the rank announces it to the peer.
+    fn announced(&self, _peer: u32) -> u64 {
+        0
+    }
 }
 
 /// Every rank's copy of one symmetric buffer, as this rank addresses them, and where the call's
@@ -220,8 +233,11 @@ impl Peers {
 pub(crate) struct Symmetric {
     src: Option<Peers>,
     dst: Option<Peers>,
-    /// What the call digest compares (see [`Symmetric::digest_word`]).
+    /// What the call digest compares (see [`Symmetric::digest_word`]; 0 for exchanged
+    /// addresses, which the digest's shape flags instead).
     word: u64,
+    /// Whether the `src` table holds the peers' parts for this rank (see [`Reach`]).
+    announced: bool,
 }
 
 impl Symmetric {
@@ -240,7 +256,7 @@ impl Symmetric {
         rank: u32,
         access: PeerAccess,
     ) -> Result<Option<Self>, Refusal> {
-        if args.buffers == 0 || access == PeerAccess::None {
+        if args.buffers == 0 || matches!(access, PeerAccess::None | PeerAccess::ReadAnnounced) {
             return Ok(None);
         }
         // SAFETY (both): forwarded contract.
@@ -273,6 +289,7 @@ impl Symmetric {
             src,
             dst,
             word: (buffers | 1) << 32,
+            announced: false,
         }))
     }
 
@@ -281,7 +298,8 @@ impl Symmetric {
     /// rank's `dst`. Which of them the call uses follows its collective's `access` as for
     /// symmetric buffers of both kinds: both tables where it reads and writes (AllReduce, and
     /// a V collective whose ranks share uneven parts out evenly, `apart` from its in-place
-    /// form); `dst` for a push (AllGather(V) otherwise); `src` for the others.
+    /// form); `dst` for a push (AllGather(V) otherwise); `src` for the others, where with
+    /// [`PeerAccess::ReadAnnounced`] each rank's entry is its part for this rank.
     ///
     /// # Safety
     /// `table` holds `2 × MAX_RANKS` addresses, the first `world` of each half filled in.
@@ -297,7 +315,9 @@ impl Symmetric {
             PeerAccess::ReadWrite => (true, true),
             PeerAccess::WriteElseRead | PeerAccess::ReadMaybeWrite if is_v && apart => (true, true),
             PeerAccess::WriteElseRead => (false, true),
-            PeerAccess::ReadMaybeWrite | PeerAccess::Read => (true, false),
+            PeerAccess::ReadMaybeWrite | PeerAccess::Read | PeerAccess::ReadAnnounced => {
+                (true, false)
+            }
         };
         let half = |on: bool, h: usize| {
             // SAFETY: the table holds `2 × MAX_RANKS` addresses.
@@ -309,12 +329,14 @@ impl Symmetric {
         Some(Self {
             src: half(reads, 0),
             dst: half(writes, 1),
-            word: DIRECT_WORD,
+            word: 0,
+            announced: access == PeerAccess::ReadAnnounced,
         })
     }
 
-    /// What the call digest's last packet adds for this call, in its high 32 bits (never 0:
-    /// 0 means ordinary buffers; the low 32 bits hold a V call's counts): the buffers'
+    /// What the call digest's last packet adds for a call over symmetric buffers, in its high
+    /// 32 bits (never 0 for them: 0 means ordinary buffers, whose exchanged addresses the shape
+    /// packet flags instead; the low 32 bits hold a V call's counts): the buffers'
     /// identity ([`SnacArgs::buffers`]) and where the call's ranges start in them, so that
     /// every rank reads and writes the ranges its peers passed.
     #[inline(always)]
@@ -328,6 +350,7 @@ impl Symmetric {
         Reach {
             reads: self.src.is_some(),
             writes: self.dst.is_some(),
+            announced: self.announced,
         }
     }
 }

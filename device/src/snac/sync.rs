@@ -338,10 +338,12 @@ impl<'a> Call<'a> {
 
     /// Sends every peer this rank's `src` and `dst` addresses for this call, beside its arrival
     /// (block 0 only; `0, 0` when the peers cannot reach them): the exchange of a call whose
-    /// ranks reach each other's ordinary buffers (see `symmetric::PeersReach`). Packets, like
-    /// the arrival: a peer polls them with the call's flag.
+    /// ranks reach each other's ordinary buffers (see `symmetric::PeersReach`). The `src`
+    /// address may differ per peer: `src(q)` is what peer `q` gets (where this rank's part
+    /// for it starts, when only this rank knows that: `PeerAccess::ReadAnnounced`). Packets,
+    /// like the arrival: a peer polls them with the call's flag.
     #[inline(always)]
-    pub(crate) fn announce_addresses(&self, src: u64, dst: u64) {
+    pub(crate) fn announce_addresses(&self, src: impl Fn(u32) -> u64, dst: u64) {
         if self.block != 0 {
             return;
         }
@@ -349,7 +351,7 @@ impl<'a> Call<'a> {
         let mut q = self.tid;
         while q < self.world() {
             if q != self.me() {
-                for (k, v) in [src, dst].into_iter().enumerate() {
+                for (k, v) in [src(q), dst].into_iter().enumerate() {
                     // SAFETY: rank q's signal array holds this rank's address packets.
                     unsafe { packet::put(self.address(q, self.me(), k), v, flag) };
                 }
@@ -359,7 +361,8 @@ impl<'a> Call<'a> {
     }
 
     /// Collects every rank's `src` and `dst` addresses for this call into `table` (`src` at
-    /// `table[r]`, `dst` at `table[MAX_RANKS + r]`; this rank's own are `src` and `dst`), the
+    /// `table[r]`, `dst` at `table[MAX_RANKS + r]`; this rank's own are `src(me)` and `dst`,
+    /// as [`announce_addresses`](Self::announce_addresses) takes them), the
     /// block's threads sharing the peers: `Ok(true)` when every rank's are reachable (none is
     /// 0), `Ok(false)` when one rank's are not, a recorded fault when a peer's never came.
     /// After [`rendezvous`](Self::rendezvous); every thread calls.
@@ -370,14 +373,15 @@ impl<'a> Call<'a> {
     pub(crate) unsafe fn collect_addresses(
         &self,
         table: *mut u64,
-        src: u64,
+        src: impl Fn(u32) -> u64,
         dst: u64,
     ) -> Result<bool, Left> {
         let flag = packet::flag32(self.epoch);
         let (mut ok, mut reachable) = (true, true);
+        let own = [src(self.me()), dst];
         let mut q = self.tid;
         while q < self.world() {
-            let mut got = [src, dst];
+            let mut got = own;
             if q != self.me() {
                 for (k, v) in got.iter_mut().enumerate() {
                     let at = self.address(self.me(), q, k);

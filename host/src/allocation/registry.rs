@@ -76,8 +76,9 @@ impl Registry {
     /// `src` then overlaps `dst`); `src` (ReduceScatter(V), AllToAll). A V collective whose
     /// access may write the outputs, with `src` and `dst` both symmetric and apart, gets both
     /// tables: the ranks then share uneven parts out evenly. Other calls stay ordinary,
-    /// AllToAllV's too ([`PeerAccess::None`]: a rank cannot compute where its part lies in a
-    /// peer's buffers). The ranges may start anywhere in their buffers, at the same offset on
+    /// AllToAllV's too ([`PeerAccess::ReadAnnounced`]: a rank cannot compute where its part
+    /// lies in a peer's buffers, so its one pass needs the addresses the ranks exchange in one
+    /// process, not the tables). The ranges may start anywhere in their buffers, at the same offset on
     /// every rank (the device compares the offsets). The arguments are checked first: the only
     /// overlap left is the collective's in-place form.
     pub(crate) fn mark(&self, kind: CollectiveKind, src: Span, dst: Span, args: &mut SnacArgs) {
