@@ -778,6 +778,35 @@ fn ranks_that_pass_other_buffers_are_named() {
     });
     assert_eq!(named.field(), DigestField::Buffers, "reach: {named}");
     assert!(named.rank == 2 || named.peer == 2, "reach: {named}");
+    // The same for AllToAllV, whose counts packet is per pair: the exchange is compared
+    // beside it, not folded into it.
+    let counts: Vec<u64> = vec![n as u64 / 4; 2 * world as usize];
+    let args = |rank: u32| {
+        let r = rank as usize;
+        let mut a = SnacArgs::new(dst[r].as_mut_ptr(), src[r].as_ptr(), 0, 2).bounded(
+            src[r].len() as u64,
+            dst[r].len() as u64,
+            u64::MAX,
+        );
+        (a.counts, a.elem_bytes) = (counts.as_ptr(), 1);
+        if rank == 2 {
+            a.peers_reach = PeersReach::Reachable;
+        }
+        a
+    };
+    // SAFETY: every buffer holds what the counts move; the calls differ only in their reach.
+    let named = first_mismatch("all_to_all_v reach", world, args, |a, ctx| unsafe {
+        collective::all_to_all_v::<Host, Runtime>(a, ctx)
+    });
+    assert_eq!(
+        named.field(),
+        DigestField::Buffers,
+        "all_to_all_v reach: {named}"
+    );
+    assert!(
+        named.rank == 2 || named.peer == 2,
+        "all_to_all_v reach: {named}"
+    );
 }
 
 /// A table whose entry for the rank does not hold the rank's own buffer is refused on that
