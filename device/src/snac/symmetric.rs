@@ -104,7 +104,7 @@ pub enum PeerAccess {
     /// Reads every rank's `src`.
     Read,
     /// Reads, from every rank's `src`, the part meant for this rank at the address that rank
-    /// announces for it ([`OnePass::announced`]): a rank's layout is its own (AllToAllV's
+    /// announces for it (`OnePass::announced`): a rank's layout is its own (AllToAllV's
     /// counts), so only its owner knows where a part lies. Only over ordinary buffers the
     /// peers reach ([`PeersReach`]), whose addresses the ranks exchange anyway; symmetric
     /// buffers of ranks in several processes stage.
