@@ -95,11 +95,14 @@ slots! {
 /// Reads `counts[i]` (device or host memory).
 ///
 /// # Safety
-/// `counts` is valid for `i + 1` values.
+/// `counts` is valid for `i + 1` values, which nothing writes while the collective runs.
 #[inline(always)]
 unsafe fn count(counts: *const u64, i: u32) -> u64 {
-    // SAFETY: the caller guarantees it; volatile because a graph replay may have rewritten it.
-    unsafe { counts.add(i as usize).read_volatile() }
+    // SAFETY: the caller guarantees it. A plain load, which the compiler may reuse: the
+    // collectives pass the copy they validated into the block's shared memory, written before
+    // a barrier and unchanged until the call ends (the caller's counts, which a graph replay
+    // may rewrite, are read once, volatile, by that copy).
+    unsafe { counts.add(i as usize).read() }
 }
 
 /// Offset and length in bytes of part `q` of parts sized `counts[..]` elements of `elem_bytes`
@@ -117,7 +120,7 @@ unsafe fn part_at(counts: *const u64, starts: *const u64, elem_bytes: u32, q: u3
 /// The whole buffer, `counts[rank]` elements of `elem_bytes` (AllGatherV input).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedV {
-    /// One count per rank (valid for `world` values while the collective runs).
+    /// One count per rank (valid and unchanged for `world` values while the collective runs).
     pub counts: *const u64,
     /// Bytes per element.
     pub elem_bytes: u32,
@@ -181,10 +184,10 @@ counted_parts!(
     /// ReduceScatterV and AllToAllV input): part `q` starts at element `starts[q]`, the sum of the
     /// counts before it (the collectives compute them once per call, with the counts' check).
     ScatteredV {
-        /// One count per part (valid for `world` values while the collective runs).
+        /// One count per part (valid and unchanged for `world` values while the collective runs).
         counts,
         /// Where each part starts, in elements: `starts[q] = counts[0] + … + counts[q - 1]`
-        /// (valid for `world` values while the collective runs).
+        /// (valid and unchanged for `world` values while the collective runs).
         starts,
     },
     |self, world| Some(max_count(self.counts, world) * self.elem_bytes as u64)
@@ -195,7 +198,7 @@ counted_parts!(
     /// part `p` starting at element `starts[p]` (as [`ScatteredV`]). Only this rank's counts are
     /// known here, so the largest part of other ranks is not.
     TransposedV {
-        /// One count per source rank (valid for `world` values while the collective runs).
+        /// One count per source rank (valid and unchanged for `world` values while the collective runs).
         counts,
         /// Where each part starts, in elements (valid for `world` values while the collective
         /// runs).

@@ -4,7 +4,7 @@
 use crate::layout::{Layout, Split};
 use crate::snac::SignalKind;
 use crate::snac::staging::{Get, Put, Streams};
-use crate::snac::symmetric::{Move, OnePass, Output, Reach, even_slice};
+use crate::snac::symmetric::{EvenSlice, Move, OnePass, Output, Reach, ranks_from};
 use crate::snac::sync::Ranks;
 
 /// Where a rank's buffers are.
@@ -317,47 +317,46 @@ impl Streams for Direct {
 /// `dst` from rank `q`'s `src`. Either way starting at this rank's own part (nothing moves for
 /// it in place).
 impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
-    fn moves(&self, reach: Reach) -> u32 {
-        if reach.writes && !reach.reads {
-            1
-        } else {
-            self.b.world
-        }
-    }
     #[inline(always)]
-    fn pass(&self, j: u32, reach: Reach) -> Move {
+    fn moves(&self, reach: Reach, mut each: impl FnMut(Move)) {
         let (me, world) = (self.b.me, self.b.world);
-        let q = (me + j) % world;
         match (reach.reads, reach.writes) {
             (true, true) => {
                 let (last_at, last_len) = self.dst.part(me, world - 1);
-                let (dst_at, len) = even_slice(me, world, last_at + last_len, self.dst.part(me, q));
-                let (part_at, _) = self.dst.part(me, q);
-                let (src_at, _) = self.src.part(q, q);
-                Move::Spread {
-                    peer: q,
-                    src_at: src_at + (dst_at - part_at),
-                    dst_at,
-                    len,
+                let slice = EvenSlice::of(me, world, last_at + last_len);
+                for q in ranks_from(me, world) {
+                    let part = self.dst.part(me, q);
+                    let (dst_at, len) = slice.cut(part);
+                    if len > 0 {
+                        let (src_at, _) = self.src.part(q, q);
+                        each(Move::Spread {
+                            peer: q,
+                            src_at: src_at + (dst_at - part.0),
+                            dst_at,
+                            len,
+                        });
+                    }
                 }
             }
             (false, true) => {
                 let (src_at, len) = self.src.part(me, me);
                 let (dst_at, _) = self.dst.part(me, me);
-                Move::Push {
+                each(Move::Push {
                     src_at,
                     dst_at,
                     len,
-                }
+                });
             }
             _ => {
-                let (src_at, len) = self.src.part(q, q);
-                let (dst_at, _) = self.dst.part(me, q);
-                Move::Pull {
-                    peer: q,
-                    src_at,
-                    dst_at,
-                    len,
+                for q in ranks_from(me, world) {
+                    let (src_at, len) = self.src.part(q, q);
+                    let (dst_at, _) = self.dst.part(me, q);
+                    each(Move::Pull {
+                        peer: q,
+                        src_at,
+                        dst_at,
+                        len,
+                    });
                 }
             }
         }
@@ -369,24 +368,22 @@ impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
 /// it). Where it lies in `p`'s `src` follows from `p`'s layout, or `p` announced it
 /// (AllToAllV, whose counts are each rank's own).
 impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
-    fn moves(&self, _: Reach) -> u32 {
-        self.b.world
-    }
     #[inline(always)]
-    fn pass(&self, j: u32, reach: Reach) -> Move {
+    fn moves(&self, reach: Reach, mut each: impl FnMut(Move)) {
         let me = self.b.me;
-        let p = (me + j) % self.b.world;
-        let src_at = if reach.announced {
-            0
-        } else {
-            self.src.part(p, me).0
-        };
-        let (dst_at, len) = self.dst.part(me, p);
-        Move::Pull {
-            peer: p,
-            src_at,
-            dst_at,
-            len,
+        for p in ranks_from(me, self.b.world) {
+            let src_at = if reach.announced {
+                0
+            } else {
+                self.src.part(p, me).0
+            };
+            let (dst_at, len) = self.dst.part(me, p);
+            each(Move::Pull {
+                peer: p,
+                src_at,
+                dst_at,
+                len,
+            });
         }
     }
     #[inline(always)]
@@ -399,31 +396,33 @@ impl<S: Layout, D: Layout> OnePass for Exchange<S, D> {
 /// rank's output is symmetric too, the ranks share the parts out evenly instead, each reducing
 /// its slice into the outputs of the parts' owners (the work even whatever the counts).
 impl<S: Layout> OnePass for Scatter<S> {
-    fn moves(&self, reach: Reach) -> u32 {
-        if reach.writes { self.b.world } else { 1 }
-    }
     #[inline(always)]
-    fn pass(&self, j: u32, reach: Reach) -> Move {
+    fn moves(&self, reach: Reach, mut each: impl FnMut(Move)) {
         let (me, world) = (self.b.me, self.b.world);
         if reach.writes {
-            let q = (me + j) % world;
             let (last_at, last_len) = self.src.part(me, world - 1);
-            let part = self.src.part(me, q);
-            let (src_at, len) = even_slice(me, world, last_at + last_len, part);
-            return Move::Reduce {
-                src_at,
-                dst_at: src_at - part.0,
-                len,
-                into: Output::Rank(q),
-            };
+            let slice = EvenSlice::of(me, world, last_at + last_len);
+            for q in ranks_from(me, world) {
+                let part = self.src.part(me, q);
+                let (src_at, len) = slice.cut(part);
+                if len > 0 {
+                    each(Move::Reduce {
+                        src_at,
+                        dst_at: src_at - part.0,
+                        len,
+                        into: Output::Rank(q),
+                    });
+                }
+            }
+            return;
         }
         let (src_at, len) = self.src.part(me, me);
-        Move::Reduce {
+        each(Move::Reduce {
             src_at,
             dst_at: 0,
             len,
             into: Output::Own,
-        }
+        });
     }
 }
 
@@ -440,25 +439,91 @@ fn own_shard(me: u32, shards: Split) -> Move {
 }
 
 impl OnePass for Composed {
-    fn moves(&self, _: Reach) -> u32 {
-        1
-    }
     #[inline(always)]
-    fn pass(&self, _: u32, _: Reach) -> Move {
-        own_shard(self.b.me, self.shards)
+    fn moves(&self, _: Reach, mut each: impl FnMut(Move)) {
+        each(own_shard(self.b.me, self.shards));
     }
 }
 
 impl OnePass for Direct {
-    fn moves(&self, _: Reach) -> u32 {
-        1
-    }
     #[inline(always)]
-    fn pass(&self, _: u32, _: Reach) -> Move {
+    fn moves(&self, _: Reach, mut each: impl FnMut(Move)) {
         let shards = Split {
             bytes: self.bytes,
             world: self.b.world,
         };
-        own_shard(self.b.me, shards)
+        each(own_shard(self.b.me, shards));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{PackedV, ScatteredV};
+    use proptest::prelude::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    fn buffers(me: u32, world: u32) -> Buffers {
+        Buffers {
+            me,
+            world,
+            src: core::ptr::null(),
+            dst: core::ptr::null_mut(),
+        }
+    }
+
+    proptest! {
+        /// Over symmetric inputs and outputs, the V forms' even shares: every rank's moves are
+        /// non-empty, stay inside their part, and together cover every output byte once.
+        #[test]
+        fn even_shares_tile_the_output_without_empty_moves(
+            counts in prop::collection::vec(0u64..300, 1..=16),
+            elem in prop::sample::select(vec![1u32, 2, 4, 8]),
+        ) {
+            let world = counts.len() as u32;
+            let mut starts = Vec::with_capacity(counts.len());
+            let mut sum = 0;
+            for c in &counts {
+                starts.push(sum);
+                sum += c;
+            }
+            let total = sum * elem as u64;
+            let scattered = ScatteredV { counts: counts.as_ptr(), starts: starts.as_ptr(), elem_bytes: elem };
+            let packed = PackedV { counts: counts.as_ptr(), elem_bytes: elem };
+            let both = Reach { reads: true, writes: true, announced: false };
+            let mut gathered = vec![0u32; total as usize];
+            let mut reduced = vec![0u32; total as usize];
+            for me in 0..world {
+                let gather = Gather { b: buffers(me, world), src: packed, dst: scattered };
+                gather.moves(both, |m| {
+                    let Move::Spread { peer, src_at, dst_at, len } = m else {
+                        panic!("not a spread: {m:?}");
+                    };
+                    assert!(len > 0);
+                    let (part_at, part_len) = scattered.part(me, peer);
+                    assert!(dst_at >= part_at && dst_at + len <= part_at + part_len);
+                    assert_eq!(src_at, dst_at - part_at);
+                    for b in dst_at..dst_at + len {
+                        gathered[b as usize] += 1;
+                    }
+                });
+                let scatter = Scatter { b: buffers(me, world), src: scattered };
+                scatter.moves(both, |m| {
+                    let Move::Reduce { src_at, dst_at, len, into: Output::Rank(q) } = m else {
+                        panic!("not a reduction into a part's owner: {m:?}");
+                    };
+                    assert!(len > 0);
+                    let (part_at, part_len) = scattered.part(me, q);
+                    assert!(src_at >= part_at && src_at + len <= part_at + part_len);
+                    assert_eq!(dst_at, src_at - part_at);
+                    for b in src_at..src_at + len {
+                        reduced[b as usize] += 1;
+                    }
+                });
+            }
+            prop_assert!(gathered.iter().all(|&n| n == 1));
+            prop_assert!(reduced.iter().all(|&n| n == 1));
+        }
     }
 }

@@ -31,6 +31,7 @@ use super::SnacArgs;
 use super::epoch;
 use super::fault::{Refusal, SignalKind};
 use super::sync::{Call, Counter, Left, Ranks};
+use super::trace::Point;
 use super::transfer::{self, Reducer};
 use crate::atom::{Atom, MAX_DESTINATIONS, MAX_SOURCES};
 use crate::coop::Coop;
@@ -66,6 +67,19 @@ pub(crate) enum Move {
         len: u64,
         into: Output,
     },
+}
+
+impl Move {
+    /// Bytes the move covers.
+    #[inline(always)]
+    pub(crate) const fn len(self) -> u64 {
+        match self {
+            Move::Pull { len, .. }
+            | Move::Push { len, .. }
+            | Move::Spread { len, .. }
+            | Move::Reduce { len, .. } => len,
+        }
+    }
 }
 
 /// Whose `dst` a reduction is stored into.
@@ -151,33 +165,56 @@ pub(crate) struct Reach {
     pub(crate) announced: bool,
 }
 
-/// Where the bytes of `part` (offset and length in a layout of `total` bytes) lie inside rank
-/// `me`'s even slice of it (`world` nearly equal slices in 16-byte units), as offset and
-/// length in the layout; length 0 when they miss it. The ranks share out uneven parts (the V
-/// forms' counts) this way, each moving its slice whoever owns it.
-#[inline(always)]
-pub(crate) fn even_slice(me: u32, world: u32, total: u64, part: (u64, u64)) -> (u64, u64) {
-    let (lo, n) = split_bytes(total as usize, 16, world as usize, me as usize);
-    let (lo, hi) = (lo as u64, (lo + n) as u64);
-    let (at, len) = part;
-    let from = if at > lo { at } else { lo };
-    let end = at + len;
-    let to = if end < hi { end } else { hi };
-    if from < to {
-        (from, to - from)
-    } else {
-        (at, 0)
+/// Rank `me`'s even slice of a layout of `total` bytes (`world` nearly equal slices in 16-byte
+/// units). The ranks share out uneven parts (the V forms' counts) this way, each moving its
+/// slice whoever owns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EvenSlice {
+    lo: u64,
+    hi: u64,
+}
+
+impl EvenSlice {
+    /// Rank `me`'s slice of `total` bytes over `world` ranks.
+    #[inline(always)]
+    pub(crate) fn of(me: u32, world: u32, total: u64) -> Self {
+        let (lo, n) = split_bytes(total as usize, 16, world as usize, me as usize);
+        Self {
+            lo: lo as u64,
+            hi: (lo + n) as u64,
+        }
     }
+
+    /// Where the bytes of `part` (offset and length in the layout) lie inside the slice, as
+    /// offset and length in the layout; length 0 when they miss it.
+    #[inline(always)]
+    pub(crate) fn cut(self, part: (u64, u64)) -> (u64, u64) {
+        let (at, len) = part;
+        let from = if at > self.lo { at } else { self.lo };
+        let end = at + len;
+        let to = if end < self.hi { end } else { self.hi };
+        if from < to {
+            (from, to - from)
+        } else {
+            (at, 0)
+        }
+    }
+}
+
+/// Every rank once, starting at `me` (so that the ranks start on different peers).
+#[inline(always)]
+pub(crate) fn ranks_from(me: u32, world: u32) -> impl Iterator<Item = u32> {
+    (me..world).chain(0..me)
 }
 
 /// One rank's moves in a one-pass call: what a collective's layouts mean over symmetric
 /// buffers. A peer's offsets must be computable by this rank, which holds for the fixed-size
 /// layouts and for AllGatherV's and ReduceScatterV's (every rank holds the same counts).
 pub(crate) trait OnePass {
-    /// Moves of this rank.
-    fn moves(&self, reach: Reach) -> u32;
-    /// Move `j`.
-    fn pass(&self, j: u32, reach: Reach) -> Move;
+    /// Calls `each` with this rank's moves in order. A move that moves nothing may be left out,
+    /// and should be: every block pays for every move it is given (the V forms' even shares
+    /// give a rank one or two parts of `world`).
+    fn moves(&self, reach: Reach, each: impl FnMut(Move));
     /// Where this rank's part for `peer` starts in its `src`, for a collective whose peers
     /// cannot compute it ([`PeerAccess::ReadAnnounced`]): the rank announces it to the peer.
     fn announced(&self, _peer: u32) -> u64 {
@@ -380,8 +417,9 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     smem: *mut u8,
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
+    let block = call.block;
     let share = |len: u64| {
-        let (at, n) = split_bytes(len as usize, 16, blocks as usize, call.block as usize);
+        let (at, n) = split_bytes(len as usize, 16, blocks as usize, block as usize);
         (at as u64, n as u64)
     };
     // Every rank's copy of byte `at` of `peers`' range, this rank's first (so that the ranks
@@ -390,9 +428,9 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     let every_rank =
         |peers: Peers, at: u64, except: *const u8, out: &mut [*mut u8; MAX_DESTINATIONS]| {
             let mut n = 0;
-            for k in 0..world {
-                // SAFETY: `(me + k) % world < world`.
-                let to = unsafe { peers.at((me + k) % world, at) };
+            for q in ranks_from(me, world) {
+                // SAFETY: `q < world`.
+                let to = unsafe { peers.at(q, at) };
                 if !core::ptr::eq(to, except) {
                     out[n] = to;
                     n += 1;
@@ -401,17 +439,22 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
             n
         };
     let reach = sym.reach();
-    for j in 0..moves.moves(reach) {
-        let step = moves.pass(j, reach);
+    call.mark(Point::Sent);
+    moves.moves(reach, |step| {
+        // This block's slice of the move: nothing to address when it is empty.
+        let (at, n) = share(step.len());
+        if n == 0 {
+            return;
+        }
         match step {
             Move::Pull {
                 peer,
                 src_at,
                 dst_at,
-                len,
+                ..
             } => {
-                let (Some(peers), (at, n)) = (sym.src, share(len)) else {
-                    continue;
+                let Some(peers) = sym.src else {
+                    return;
                 };
                 // SAFETY: `peer < world`; the slice lies inside the part, which lies inside the
                 // peer's `src` and this rank's `dst` (checked by their owners).
@@ -423,26 +466,16 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                     }
                 }
             }
-            Move::Push {
-                src_at,
-                dst_at,
-                len,
-            }
-            | Move::Spread {
-                src_at,
-                dst_at,
-                len,
-                ..
-            } => {
-                let (Some(peers), (at, n)) = (sym.dst, share(len)) else {
-                    continue;
+            Move::Push { src_at, dst_at, .. } | Move::Spread { src_at, dst_at, .. } => {
+                let Some(peers) = sym.dst else {
+                    return;
                 };
                 let from = match (step, sym.src) {
                     // SAFETY: `peer < world`; the slice lies inside `peer`'s part of its `src`.
                     (Move::Spread { peer, .. }, Some(inputs)) => unsafe {
                         inputs.at(peer, src_at + at)
                     },
-                    (Move::Spread { .. }, None) => continue,
+                    (Move::Spread { .. }, None) => return,
                     _ => src.wrapping_add((src_at + at) as usize),
                 };
                 let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
@@ -463,11 +496,11 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
             Move::Reduce {
                 src_at,
                 dst_at,
-                len,
                 into,
+                ..
             } => {
-                let (Some(inputs), (at, n)) = (sym.src, share(len)) else {
-                    continue;
+                let Some(inputs) = sym.src else {
+                    return;
                 };
                 let mut srcs = [core::ptr::null::<u8>(); MAX_SOURCES];
                 for (p, s) in srcs.iter_mut().enumerate().take(world as usize) {
@@ -503,7 +536,8 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                 };
             }
         }
-    }
+    });
+    call.mark(Point::Received);
     let flag = epoch::flag(call.epoch, 0);
     if call.arrive(call.counter(Counter::Reduce, 0, 0), blocks) {
         call.post_to(Ranks::Others, SignalKind::Gather, flag);

@@ -28,9 +28,11 @@ wire_enum! {
         Begun = 2,
         /// The arrival packets (the call digest) posted to every peer.
         Announced = 3,
-        /// This rank's data sent (latency regime: every packet stored).
+        /// This rank's data sent (latency regime: every packet stored); in a one pass over the
+        /// peers' buffers, the entry meeting over (every peer here, the addresses collected).
         Sent = 4,
-        /// The peers' packets for this thread's units here and stored (latency regime).
+        /// The peers' packets for this thread's units here and stored (latency regime); in a
+        /// one pass, block 0's moves done, before the exit meeting.
         Received = 5,
         /// The data part of the call done (every awaited packet or chunk here and used).
         Moved = 6,
