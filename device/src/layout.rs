@@ -198,7 +198,8 @@ counted_parts!(
     /// part `p` starting at element `starts[p]` (as [`ScatteredV`]). Only this rank's counts are
     /// known here, so the largest part of other ranks is not.
     TransposedV {
-        /// One count per source rank (valid and unchanged for `world` values while the collective runs).
+        /// One count per source rank (valid and unchanged for `world` values while the
+        /// collective runs).
         counts,
         /// Where each part starts, in elements (valid for `world` values while the collective
         /// runs).

@@ -489,7 +489,11 @@ mod tests {
                 sum += c;
             }
             let total = sum * elem as u64;
-            let scattered = ScatteredV { counts: counts.as_ptr(), starts: starts.as_ptr(), elem_bytes: elem };
+            let scattered = ScatteredV {
+                counts: counts.as_ptr(),
+                starts: starts.as_ptr(),
+                elem_bytes: elem,
+            };
             let packed = PackedV { counts: counts.as_ptr(), elem_bytes: elem };
             let both = Reach { reads: true, writes: true, announced: false };
             let mut gathered = vec![0u32; total as usize];
