@@ -708,9 +708,7 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             // table at SCRATCH_ADDRESSES.
             let table = unsafe { self.scratch::<A>().add(SCRATCH_ADDRESSES) } as *mut u64;
             // SAFETY: as above.
-            let collected = call
-                .rendezvous()
-                .and_then(|()| unsafe { call.collect_addresses(table, src, dst) });
+            let collected = unsafe { call.rendezvous_exchanging(table, src, dst) };
             match collected {
                 Err(Left) => return self.finish(&mut call, 1),
                 // SAFETY: every rank's addresses are in the table.

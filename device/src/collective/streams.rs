@@ -326,8 +326,7 @@ impl<S: Layout, D: Layout> OnePass for Gather<S, D> {
                 let slice = EvenSlice::of(me, world, last_at + last_len);
                 for q in ranks_from(me, world) {
                     let part = self.dst.part(me, q);
-                    let (dst_at, len) = slice.cut(part);
-                    if len > 0 {
+                    if let Some((dst_at, len)) = slice.cut(part) {
                         let (src_at, _) = self.src.part(q, q);
                         each(Move::Spread {
                             peer: q,
@@ -404,8 +403,7 @@ impl<S: Layout> OnePass for Scatter<S> {
             let slice = EvenSlice::of(me, world, last_at + last_len);
             for q in ranks_from(me, world) {
                 let part = self.src.part(me, q);
-                let (src_at, len) = slice.cut(part);
-                if len > 0 {
+                if let Some((src_at, len)) = slice.cut(part) {
                     each(Move::Reduce {
                         src_at,
                         dst_at: src_at - part.0,

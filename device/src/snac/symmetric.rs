@@ -21,7 +21,7 @@
 //!
 //! Ordinary buffers take the same pass where the ranks share one address space
 //! ([`PeersReach`]): the tables are then this call's addresses, exchanged beside the arrival
-//! (`Call::announce_addresses`, `Call::collect_addresses`) instead of mapped ahead, and the
+//! (`Call::announce_addresses`, `Call::rendezvous_exchanging`) instead of mapped ahead, and the
 //! digest says that every rank sent them (`digest::EXCHANGES_ADDRESSES`). A collective whose
 //! ranks cannot compute where their parts lie in a peer's input (AllToAllV: each rank holds
 //! only its own counts) has each rank announce to each peer the address of the part meant for
@@ -186,18 +186,14 @@ impl EvenSlice {
     }
 
     /// Where the bytes of `part` (offset and length in the layout) lie inside the slice, as
-    /// offset and length in the layout; length 0 when they miss it.
+    /// offset and length in the layout; `None` when they miss it.
     #[inline(always)]
-    pub(crate) fn cut(self, part: (u64, u64)) -> (u64, u64) {
+    pub(crate) fn cut(self, part: (u64, u64)) -> Option<(u64, u64)> {
         let (at, len) = part;
         let from = if at > self.lo { at } else { self.lo };
         let end = at + len;
         let to = if end < self.hi { end } else { self.hi };
-        if from < to {
-            (from, to - from)
-        } else {
-            (at, 0)
-        }
+        (from < to).then_some((from, to - from))
     }
 }
 

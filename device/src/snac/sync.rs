@@ -20,6 +20,10 @@ use core::cell::Cell;
 const FAST_POLLS: u32 = 64;
 /// Slow polls between two looks at the awaited peer's digest.
 const DIGEST_POLLS: u32 = 1024;
+/// Slow polls between two looks at this rank's fault word and the peers' abort records. A look
+/// loads one record per peer, across the system: done on every poll, it made a waiter notice
+/// its flag microseconds late.
+const FAULT_POLLS: u32 = 16;
 /// Sleep between slow polls (yields the thread on the host).
 const SLEEP_NS: u32 = 64;
 
@@ -360,28 +364,30 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Collects every rank's `src` and `dst` addresses for this call into `table` (`src` at
-    /// `table[r]`, `dst` at `table[MAX_RANKS + r]`; this rank's own are `src(me)` and `dst`,
-    /// as [`announce_addresses`](Self::announce_addresses) takes them), the
-    /// block's threads sharing the peers: `Ok(true)` when every rank's are reachable (none is
-    /// 0), `Ok(false)` when one rank's are not, a recorded fault when a peer's never came.
-    /// After [`rendezvous`](Self::rendezvous); every thread calls.
+    /// The symmetric regime's entry for a call whose ranks exchange their ordinary buffers'
+    /// addresses ([`announce_addresses`](Self::announce_addresses)): the
+    /// [`rendezvous`](Self::rendezvous), in which the thread that checks a peer's digest then
+    /// collects that peer's addresses into `table` (`src` at `table[r]`, `dst` at
+    /// `table[MAX_RANKS + r]`; this rank's own are `src(me)` and `dst`). One meeting, one
+    /// barrier: the addresses come right behind the digest, so they cost no wait of their own.
+    /// `Ok(true)` when every rank's are reachable (none is 0), `Ok(false)` when one rank's are
+    /// not, a recorded fault when a peer's digest differs or its packets never came. Every
+    /// thread calls.
     ///
     /// # Safety
     /// `table` is this block's shared memory for `2 × MAX_RANKS` addresses.
     #[inline(never)]
-    pub(crate) unsafe fn collect_addresses(
+    pub(crate) unsafe fn rendezvous_exchanging(
         &self,
         table: *mut u64,
         src: impl Fn(u32) -> u64,
         dst: u64,
     ) -> Result<bool, Left> {
         let flag = packet::flag32(self.epoch);
-        let (mut ok, mut reachable) = (true, true);
-        let own = [src(self.me()), dst];
-        let mut q = self.tid;
-        while q < self.world() {
-            let mut got = own;
+        let half = crate::context::MAX_RANKS;
+        self.meet(|q| {
+            let mut got = [src(q), dst];
+            let mut ok = true;
             if q != self.me() {
                 for (k, v) in got.iter_mut().enumerate() {
                     let at = self.address(self.me(), q, k);
@@ -398,20 +404,20 @@ impl<'a> Call<'a> {
                     ok &= waited.is_ok();
                 }
             }
-            reachable &= got[0] != 0 && got[1] != 0;
             // SAFETY: `q < world <= MAX_RANKS`; the caller's table holds `2 × MAX_RANKS`.
             unsafe {
                 table.add(q as usize).write_volatile(got[0]);
-                table
-                    .add(crate::context::MAX_RANKS + q as usize)
-                    .write_volatile(got[1]);
+                table.add(half + q as usize).write_volatile(got[1]);
             }
-            q += self.threads;
-        }
-        if arch::sync_block_or(!ok) {
-            return Err(Left);
-        }
-        Ok(!arch::sync_block_or(!reachable))
+            ok
+        })?;
+        // Every thread reads the whole table (written before the meeting's barrier): the block
+        // agrees without another barrier.
+        let reachable = (0..self.world() as usize).all(|q| {
+            // SAFETY: as above.
+            unsafe { table.add(q).read_volatile() != 0 && table.add(half + q).read_volatile() != 0 }
+        });
+        Ok(reachable)
     }
 
     /// Packet `k` of the address record `sender` writes to `rank` in this call's half.
@@ -487,8 +493,16 @@ impl<'a> Call<'a> {
     /// `threads - 1 - q` checks peer `q`): the warp the packet paths keep out of the data, so
     /// that [`check_digests_early`](Self::check_digests_early) overlaps the check with the
     /// data wait.
-    #[inline(never)]
+    #[inline(always)]
     fn check_my_digests(&self) -> bool {
+        self.check_my_digests_then(|_| true)
+    }
+
+    /// [`check_my_digests`](Self::check_my_digests), running `then(q)` for every rank `q` this
+    /// thread checks (this rank included, which has no digest to check) once `q`'s digest
+    /// matched; false too if `then` returns false.
+    #[inline(never)]
+    fn check_my_digests_then(&self, mut then: impl FnMut(u32) -> bool) -> bool {
         let mut ok = true;
         let mut q = self.threads - 1 - self.tid;
         while q < self.world() {
@@ -510,6 +524,7 @@ impl<'a> Call<'a> {
                     ok = false;
                 }
             }
+            ok = ok && then(q);
             q += self.threads;
         }
         ok
@@ -548,9 +563,26 @@ impl<'a> Call<'a> {
     /// kernel runs, so whatever its stream did before the call is done. The symmetric regime's
     /// entry; block 0's digest check at [`finish`](Self::finish) is then already done. Every
     /// thread calls.
-    #[inline(never)]
-    pub(crate) fn rendezvous(&mut self) -> Result<(), Left> {
-        let ok = self.check_my_digests();
+    #[inline(always)]
+    pub(crate) fn rendezvous(&self) -> Result<(), Left> {
+        self.meet(|_| true)
+    }
+
+    /// The rendezvous, with `then(q)` run by the thread that checked rank `q` (see
+    /// [`check_my_digests_then`](Self::check_my_digests_then)), before the one barrier.
+    #[inline(always)]
+    fn meet(&self, mut then: impl FnMut(u32) -> bool) -> Result<(), Left> {
+        let ok = self.check_my_digests_then(|q| {
+            let done = then(q);
+            if q != self.me() {
+                // The packets were polled with plain loads: one acquire orders the reads of
+                // the peer's buffers after them (and drops this SM's stale L1 lines), as a
+                // flag's waiter does; the barrier below hands that on to the block.
+                // SAFETY: this rank's own signal array holds `q`'s arrival packets.
+                unsafe { arch::ld_acquire_sys_u64(self.arrival(self.me(), q, 0) as *const u64) };
+            }
+            done
+        });
         if self.block == 0 {
             self.digests.set(if ok {
                 Digests::Matched
@@ -558,8 +590,6 @@ impl<'a> Call<'a> {
                 Digests::Failed
             });
         }
-        // The packets were polled with plain loads: order the peers' buffers' reads after them.
-        arch::fence_sys();
         if arch::sync_block_or(!ok) {
             Err(Left)
         } else {
@@ -611,8 +641,11 @@ impl<'a> Call<'a> {
             }
             let record = self.abort_record(self.me(), p);
             // SAFETY: this rank's signal array; abort records are only accessed atomically.
-            let cause = unsafe { arch::ld_acquire_sys_u64(record) };
-            if cause != 0 {
+            // A relaxed look first: an acquire also invalidates the L1, and most looks find none.
+            let seen = unsafe { arch::ld_relaxed_sys_u64(record) };
+            if seen != 0 {
+                // SAFETY: as above.
+                let cause = unsafe { arch::ld_acquire_sys_u64(record) };
                 // SAFETY: as above; the time was stored before the cause (release).
                 let time = unsafe { arch::ld_relaxed_sys_u64(record.add(1)) };
                 if first.is_none_or(|(_, _, t)| time < t) {
@@ -661,17 +694,24 @@ impl<'a> Call<'a> {
                 start = arch::global_timer_ns();
             } else if polls > FAST_POLLS {
                 arch::nanosleep(SLEEP_NS);
-                if self.aborted() {
-                    return Err(Left);
-                }
-                if let Some((first, cause, time)) = self.peer_fault() {
-                    match self.also_missing(cause) {
-                        Some(q) => self.record(FaultKind::Timeout, q, kind, awaited, observed, 0),
-                        None => self.record(FaultKind::PeerFaulted, first, kind, 0, time, cause),
+                let slow = polls - FAST_POLLS;
+                if slow % FAULT_POLLS == 1 {
+                    if self.aborted() {
+                        return Err(Left);
                     }
-                    return Err(Left);
+                    if let Some((first, cause, time)) = self.peer_fault() {
+                        match self.also_missing(cause) {
+                            Some(q) => {
+                                self.record(FaultKind::Timeout, q, kind, awaited, observed, 0)
+                            }
+                            None => {
+                                self.record(FaultKind::PeerFaulted, first, kind, 0, time, cause)
+                            }
+                        }
+                        return Err(Left);
+                    }
                 }
-                if (polls - FAST_POLLS) % DIGEST_POLLS == 1
+                if slow % DIGEST_POLLS == 1
                     && kind != SignalKind::Arrival
                     && peer != self.me()
                     && self.check_digest(peer).is_err()
@@ -705,9 +745,10 @@ impl<'a> Call<'a> {
         })
     }
 
-    /// Thread 0 waits for `flag` of `kind` from every rank in `from` (in rank order) and orders
-    /// the Atom's copies after it ([`Atom::after_wait`]), then the block learns the outcome.
-    /// Every thread calls.
+    /// Waits for `flag` of `kind` from every rank in `from`, the block's threads sharing the
+    /// ranks (thread `q` waits for rank `q`: the wait ends one round trip after the last flag
+    /// came, not one per rank later), then the block learns the outcome and orders the Atom's
+    /// copies after it ([`Atom::after_wait`]). Every thread calls.
     #[inline(always)]
     pub(crate) fn wait_block<A: Atom>(
         &mut self,
@@ -715,21 +756,20 @@ impl<'a> Call<'a> {
         kind: SignalKind,
         flag: u64,
     ) -> Result<(), Left> {
-        let mut ok = 1;
-        if self.tid == 0 {
-            for q in 0..self.world() {
-                if from.contains(q, self.me()) && self.wait_flag(q, kind, flag).is_err() {
-                    ok = 0;
-                    break;
-                }
+        let mut ok = true;
+        let mut q = self.tid;
+        while q < self.world() {
+            if from.contains(q, self.me()) && self.wait_flag(q, kind, flag).is_err() {
+                ok = false;
+                break;
             }
-            A::after_wait();
+            q += self.threads;
         }
-        if self.broadcast(ok) == 1 {
-            Ok(())
-        } else {
-            Err(Left)
+        if arch::sync_block_or(!ok) {
+            return Err(Left);
         }
+        A::after_wait();
+        Ok(())
     }
 
     /// Last arrival: after the block's work (a barrier), thread 0 counts this block in; true
