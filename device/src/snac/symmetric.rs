@@ -193,7 +193,7 @@ impl EvenSlice {
         let from = if at > self.lo { at } else { self.lo };
         let end = at + len;
         let to = if end < self.hi { end } else { self.hi };
-        (from < to).then_some((from, to - from))
+        (from < to).then(|| (from, to - from))
     }
 }
 
