@@ -53,6 +53,7 @@ fn bench(args: &Args) -> Result<(), String> {
             trace: args.trace,
             strict_order: args.strict_order,
             staged: args.staged,
+            direct: args.direct,
             ..Default::default()
         }],
         sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),
@@ -112,6 +113,8 @@ fn bench(args: &Args) -> Result<(), String> {
             "symmetric"
         } else if args.staged {
             "ordinary (staged)"
+        } else if args.direct {
+            "ordinary (direct)"
         } else {
             "ordinary"
         },

@@ -30,6 +30,12 @@ fn launch(step: &Step) -> Launch {
     l.blocks = step.blocks;
     l.threads = step.threads;
     l.runtime_op = step.runtime_op;
+    l.direct_min_bytes = step.direct_min_bytes;
+    // AllToAllV's pass is decided by its bound (`max_count × world`): a step that draws a
+    // threshold passes the tight bound, so that both sides of it run.
+    if step.direct_min_bytes != 0 && step.kind.is_v() {
+        l.max_count = step.max_count();
+    }
     if let Some(plan) = step.effective_plan() {
         l.plan = plan;
     }

@@ -128,6 +128,10 @@ pub struct Args {
     /// reach the peers' buffers directly.
     #[arg(long, conflicts_with = "symmetric")]
     pub staged: bool,
+    /// Take the one pass over the peers' ordinary buffers at every size above the packet
+    /// paths (`Options::direct`), not only where it pays.
+    #[arg(long, conflicts_with_all = ["symmetric", "staged"])]
+    pub direct: bool,
     /// Trace the calls (`Options::trace`) and print on stderr, per size, when the last timed
     /// call passed each phase on every rank (µs after the first rank's entry; one clock per
     /// GPU, so ranks compare on the virtual node).

@@ -763,6 +763,7 @@ impl Queued<'_> {
         args.smem = smem;
         args.plan = l.plan;
         args.elem_bytes = l.elem_bytes;
+        args.direct_min_bytes = l.direct_min_bytes;
         if let Some(c) = self.counts {
             args.counts = c.as_ptr() as *const u64;
         }
@@ -825,6 +826,9 @@ pub struct Launch {
     pub runtime_op: bool,
     /// V collectives: `SnacArgs::max_count`, the largest count any entry may hold.
     pub max_count: u64,
+    /// V collectives over buffers the peers reach: `SnacArgs::direct_min_bytes`, from which
+    /// size they take the one pass (0: always).
+    pub direct_min_bytes: u64,
 }
 
 impl Launch {
@@ -843,6 +847,7 @@ impl Launch {
             absent: None,
             runtime_op: false,
             max_count: u64::MAX,
+            direct_min_bytes: 0,
         }
     }
 

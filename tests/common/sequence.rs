@@ -69,6 +69,11 @@ pub struct Step {
     /// On a GPU context whose ranks share one address space: stage the buffers anyway
     /// (`Options::staged`) rather than reach the peers' directly.
     pub staged: bool,
+    /// Otherwise: reach them whatever the size (`Options::direct`), not only where it pays.
+    pub direct: bool,
+    /// CPU emulation, V forms over buffers the peers reach: `SnacArgs::direct_min_bytes` (0,
+    /// a few KiB, or never), so that a sequence mixes passes and staged calls.
+    pub direct_min_bytes: u64,
 }
 
 const KINDS: [CollectiveKind; 7] = CollectiveKind::ALL;
@@ -148,6 +153,7 @@ impl Step {
         } else {
             ReductionMode::Default
         };
+        let staged = rng.random_bool(0.3);
         Self {
             kind,
             dtype,
@@ -162,7 +168,9 @@ impl Step {
                 .then_some(algorithm)
                 .flatten(),
             mode,
-            staged: rng.random_bool(0.3),
+            staged,
+            direct: !staged && rng.random_bool(0.4),
+            direct_min_bytes: [0, 1 << 10, 8 << 10, u64::MAX][rng.random_range(0..4)],
         }
     }
 
@@ -346,7 +354,13 @@ impl Step {
             self.algorithm,
             self.mode,
             if self.runtime_op { " (_op form)" } else { "" },
-            if self.staged { " staged" } else { "" },
+            if self.staged {
+                " staged"
+            } else if self.direct {
+                " direct"
+            } else {
+                ""
+            },
         )
     }
 }

@@ -189,10 +189,13 @@ fn every_collective_matches_its_reference_on_the_virtual_node() {
                     (DataType::ALL[i % 5], ReduceOpKind::Sum)
                 };
                 let (inputs, want) = case(&mut rng, coll, w, dtype, op, count);
-                // Every other size stages its ordinary buffers; the rest (and the large size)
-                // reach the peers' directly, as the virtual node's ranks share one process.
+                // One size in three stages its ordinary buffers, one takes the one pass over
+                // the peers' whatever its size, and the rest (and the large size) reach the
+                // peers' where that pays, as the virtual node's ranks share one process.
+                let last = i + 1 == sizes.len();
                 let options = Options {
-                    staged: i % 2 == 1 && i + 1 < sizes.len(),
+                    staged: i % 3 == 1 && !last,
+                    direct: i % 3 == 2 && !last,
                     ..Options::default()
                 };
                 let errors = run_case(
@@ -200,10 +203,11 @@ fn every_collective_matches_its_reference_on_the_virtual_node() {
                 );
                 assert!(
                     errors.is_empty(),
-                    "{coll:?} world {world} {} {} count {count} staged {}: {errors:?}",
+                    "{coll:?} world {world} {} {} count {count} staged {} direct {}: {errors:?}",
                     dtype.name(),
                     op.name(),
                     options.staged,
+                    options.direct,
                 );
                 *ran.entry(match coll {
                     Coll::Ar => "all_reduce",

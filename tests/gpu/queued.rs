@@ -96,6 +96,7 @@ unsafe fn launch_spans(
                 plan,
             }),
         staged: step.staged,
+        direct: step.direct,
         ..Options::default()
     };
     let (dtype, op, count) = (step.dtype, step.op, step.count);

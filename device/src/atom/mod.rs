@@ -136,7 +136,7 @@ macro_rules! atom {
     };
 }
 
-mod register;
+pub(crate) mod register;
 pub use register::Host;
 
 /// The one list of the architectures Purlin builds for, oldest first. Each entry: the

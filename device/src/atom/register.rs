@@ -49,15 +49,23 @@ pub(crate) unsafe fn copy_to_all(coop: Coop, dsts: &[*mut u8], src: *const u8, b
         }
         base += step;
     }
-    let mut v = full + coop.index as usize;
-    while v < vectors {
-        // SAFETY: `v < vectors`.
-        let r = unsafe { arch::ld_v128(src_v.add(v)) };
+    // The rest, fewer than COPY_UNROLL vectors per thread, all loaded before any is stored: a
+    // small copy then waits one memory round trip, not one per vector.
+    if base < vectors {
+        seq!(K in 0..8 {
+            let v~K = base + K * stride;
+            // SAFETY: loaded only when `v~K < vectors`.
+            let r~K = if v~K < vectors { unsafe { arch::ld_v128(src_v.add(v~K)) } } else { 0 };
+        });
         for dst in dsts {
-            // SAFETY: `v < vectors`.
-            unsafe { arch::st_v128((*dst as *mut u128).add(v), r) };
+            let dst_v = *dst as *mut u128;
+            seq!(K in 0..8 {
+                if v~K < vectors {
+                    // SAFETY: as above.
+                    unsafe { arch::st_v128(dst_v.add(v~K), r~K) };
+                }
+            });
         }
-        v += stride;
     }
     // SAFETY: the tail lies within `bytes`.
     unsafe { copy_bytes(coop, dsts, src, vectors * 16, bytes) };

@@ -191,7 +191,7 @@ unsafe fn packets_v<S: Layout, D: Layout>(
 #[inline(always)]
 pub unsafe fn all_gather_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let elem = args.elem_bytes as u64;
-    let Some(c) = check::<A, C, { CollectiveKind::AllGatherV as u32 }>(args, ctx, elem) else {
+    let Some(mut c) = check::<A, C, { CollectiveKind::AllGatherV as u32 }>(args, ctx, elem) else {
         return;
     };
     // SAFETY: forwarded contract (`world` counts).

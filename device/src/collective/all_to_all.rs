@@ -74,7 +74,7 @@ pub unsafe fn all_to_all<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
 #[inline(always)]
 pub unsafe fn all_to_all_v<A: Atom, C: Config>(args: &SnacArgs, ctx: &Context) {
     let elem = args.elem_bytes as u64;
-    let Some(c) = check::<A, C, { CollectiveKind::AllToAllV as u32 }>(args, ctx, elem) else {
+    let Some(mut c) = check::<A, C, { CollectiveKind::AllToAllV as u32 }>(args, ctx, elem) else {
         return;
     };
     // SAFETY: forwarded contract (`2 × world` counts).

@@ -35,6 +35,11 @@ pub(super) struct Checked<'a, C, const K: u32> {
     pub(super) args: &'a SnacArgs,
     /// The communicator.
     pub(super) ctx: &'a Context,
+    /// This block's epoch, loaded at entry by thread 0 (`Call::early_epoch`; 0 elsewhere).
+    epoch: u64,
+    /// What a V call moves, against `SnacArgs::direct_min_bytes` (set by `validated_counts`;
+    /// 0 for the fixed-size forms, whose pass the host chose).
+    moved: u64,
     config: PhantomData<C>,
 }
 
@@ -89,6 +94,12 @@ pub(super) fn check<'a, A: Atom, C: Config, const K: u32>(
         fixed_capacity(args, ctx.world, ctx.rank, kind.semantics())
     };
     A::await_prior_grids();
+    let epoch = match refusal {
+        // SAFETY: a valid shape (`block < blocks <= MAX_BLOCKS`); the work before the call is
+        // done (just above).
+        None => unsafe { Call::early_epoch(ctx, args.block) },
+        Some(_) => 0,
+    };
     trace::mark(ctx, args.plan.trace != 0, args.block, trace::Point::Entry);
     if C::plan(&args.plan).launch_dependents != 0 {
         A::launch_dependents();
@@ -107,6 +118,8 @@ pub(super) fn check<'a, A: Atom, C: Config, const K: u32>(
     Some(Checked {
         args,
         ctx,
+        epoch,
+        moved: 0,
         config: PhantomData,
     })
 }
@@ -385,6 +398,7 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
                 self.scratch::<A>(),
                 digest,
                 &self.args.plan,
+                self.epoch,
             )
         };
         call.announce_arrival();
@@ -403,13 +417,14 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
     /// 64 bits, and this rank's buffers large enough for what the counts describe. Records the
     /// refusal and returns `None` otherwise; else the validated counts and their parts' starts
     /// (`n` values each in shared memory, which the layouts then read: a count rewritten during
-    /// the call cannot bypass the check) and the digest's counts packet. Every thread calls.
+    /// the call cannot bypass the check) and the digest's counts packet; notes what the call
+    /// moves, which decides its one pass (`SnacArgs::direct_min_bytes`). Every thread calls.
     ///
     /// # Safety
     /// `args.counts` valid for `n = counts_per_rank × world` values; the scratch as
     /// [`Checked::scratch`] needs.
     #[inline(never)]
-    pub(super) unsafe fn validated_counts<A: Atom>(self, elem: u64) -> Option<Counts> {
+    pub(super) unsafe fn validated_counts<A: Atom>(&mut self, elem: u64) -> Option<Counts> {
         let (args, ctx, s) = (self.args, self.ctx, Self::KIND.semantics());
         let w = ctx.world as usize;
         let halves = s.counts_per_rank as usize;
@@ -542,6 +557,18 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             u64::MAX => return None,
             w if w == digest::PER_PAIR - 1 => digest::PER_PAIR,
             w => w,
+        };
+        // What decides the call's one pass (`SnacArgs::direct_min_bytes`), the same on every
+        // rank: AllGatherV's and ReduceScatterV's bytes of every count (every rank's counts,
+        // which the digest compares), AllToAllV's bound on a rank's sends (`max_count ×
+        // world` elements: each rank knows only its own counts).
+        self.moved = if s.per_pair() {
+            args.max_count.saturating_mul(elem).saturating_mul(w as u64)
+        } else {
+            // SAFETY: written by thread 0 before the barrier (`w >= 1` counts and starts);
+            // their sum and its bytes passed the overflow checks.
+            unsafe { starts.add(w - 1).read_volatile() + counts.add(w - 1).read_volatile() }
+                .saturating_mul(elem)
         };
         Some(Counts {
             counts,
@@ -681,7 +708,8 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         // their addresses and run the same one pass, unless one rank's are out of reach.
         let exchanges = symmetric.is_none()
             && access != PeerAccess::None
-            && args.peers_reach != PeersReach::None;
+            && args.peers_reach != PeersReach::None
+            && self.moved >= args.direct_min_bytes;
         let mut named = *digest;
         if let Some(sym) = symmetric {
             named[3] |= sym.digest_word();

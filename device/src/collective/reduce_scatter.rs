@@ -85,7 +85,7 @@ unsafe fn reduce_scatter_with<A: Atom, C: Config, T: Element, P: Operator, const
         elem_bytes: size as u32,
         ..*args
     };
-    let Some(c) = check::<A, C, K>(args, ctx, size) else {
+    let Some(mut c) = check::<A, C, K>(args, ctx, size) else {
         return;
     };
     let reducer = Typed::<T, P>::new(op);

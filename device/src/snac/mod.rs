@@ -353,6 +353,13 @@ pub struct SnacArgs {
     /// every peer's kernels can read and write this rank's `src` and `dst` at these addresses
     /// (ranks of one process on one GPU; the host sets it only there).
     pub peers_reach: PeersReach,
+    /// V collectives over ordinary buffers the peers reach: the fewest bytes a rank moves
+    /// (AllGatherV and ReduceScatterV: every count's bytes, the same on every rank;
+    /// AllToAllV: `max_count × world` elements' bytes, the bound on what a rank sends) at
+    /// which the call takes the one pass over the peers' buffers rather than staging; 0
+    /// takes it at every size. The fixed-size forms ignore it (the host decides for them).
+    /// Every rank passes the same: ranks that decide differently fault on the digest.
+    pub direct_min_bytes: u64,
 }
 
 // SAFETY: plain addresses and sizes; the collective's contract says who may touch the memory.
@@ -382,6 +389,7 @@ impl SnacArgs {
             dst_peers: core::ptr::null(),
             buffers: 0,
             peers_reach: PeersReach::None,
+            direct_min_bytes: 0,
         }
     }
 

@@ -388,6 +388,19 @@ impl Symmetric {
     }
 }
 
+/// A block's slice of a copy of at most this many bytes goes to a group of its warps, the
+/// next such slice to the next group, rather than to the whole block in turn: the slices'
+/// loads are then in flight together. A block that copied its eight 2 KiB slices of an 8-rank
+/// AllGatherV of 256 KiB one after another waited a memory round trip for each (6-13 µs).
+const GROUP_COPY_BYTES: u64 = 16 * 1024;
+/// The unit of the groups of [`GROUP_COPY_BYTES`]: a warp on the GPU (so no warp splits
+/// between two copies); eight threads on the host, whose emulated blocks are 1 to 64 threads,
+/// so that the CPU tests deal copies out to several groups too.
+#[cfg(target_arch = "nvptx64")]
+const WARP_THREADS: u32 = 32;
+#[cfg(not(target_arch = "nvptx64"))]
+const WARP_THREADS: u32 = 8;
+
 /// Runs this block's share of `moves` over the symmetric buffers `sym` (this rank's own are
 /// `src` and `dst`), reducing with `reducer`, after the entry meeting (the caller's
 /// [`Call::rendezvous`]) and up to the exit meeting (see the module docs). Every block takes an even, 16-byte-aligned slice of every move; a push or a
@@ -435,8 +448,54 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
             n
         };
     let reach = sym.reach();
+    // Small copies are dealt out to groups of warps, one copy per group in turn (see
+    // `GROUP_COPY_BYTES`): as many groups as there are such copies, up to one per warp.
+    let small = |step: &Move| {
+        !matches!(step, Move::Reduce { .. })
+            && share(step.len()).1 != 0
+            && share(step.len()).1 <= GROUP_COPY_BYTES
+    };
+    let mut smalls = 0u32;
+    moves.moves(reach, |step| smalls += small(&step) as u32);
+    let warps = (call.threads / WARP_THREADS).max(1);
+    let groups = smalls.clamp(1, warps);
+    let group_threads = call.threads / groups / WARP_THREADS * WARP_THREADS;
+    let (group, lane) = (
+        call.tid / group_threads.max(1),
+        call.tid % group_threads.max(1),
+    );
+    let mut dealt = 0u32;
+    // Copies `n` bytes from `from` into every output: a small copy of aligned ranges by the
+    // group whose turn it is, in registers; any other by the whole block through the Atom.
+    let mut copy = |outputs: &[*mut u8], from: *const u8, n: u64, is_small: bool| {
+        let aligned = outputs
+            .iter()
+            .all(|d| (*d as usize ^ from as usize) & 15 == 0);
+        if is_small && aligned && groups > 1 {
+            let turn = dealt % groups;
+            dealt += 1;
+            if group == turn {
+                // SAFETY: the caller's ranges (see below); the group's threads only.
+                unsafe {
+                    transfer::copy_to_all_in_registers(
+                        Coop::new(lane, group_threads),
+                        outputs,
+                        from,
+                        n as usize,
+                    )
+                };
+            }
+        } else if let [to] = outputs {
+            // SAFETY: as the caller's.
+            unsafe { transfer::copy::<A>(Coop::block(), *to, from, n as usize, smem) };
+        } else {
+            // SAFETY: as the caller's.
+            unsafe { transfer::copy_to_all::<A>(Coop::block(), outputs, from, n as usize, smem) };
+        }
+    };
     call.mark(Point::Sent);
     moves.moves(reach, |step| {
+        let is_small = small(&step);
         // This block's slice of the move: nothing to address when it is empty.
         let (at, n) = share(step.len());
         if n == 0 {
@@ -454,12 +513,10 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                 };
                 // SAFETY: `peer < world`; the slice lies inside the part, which lies inside the
                 // peer's `src` and this rank's `dst` (checked by their owners).
-                unsafe {
-                    let from = peers.at(peer, src_at + at);
-                    let to = dst.wrapping_add((dst_at + at) as usize);
-                    if !core::ptr::eq(from, to) {
-                        transfer::copy::<A>(Coop::block(), to, from, n as usize, smem);
-                    }
+                let from = unsafe { peers.at(peer, src_at + at) };
+                let to = dst.wrapping_add((dst_at + at) as usize);
+                if !core::ptr::eq(from, to) {
+                    copy(&[to], from, n, is_small);
                 }
             }
             Move::Push { src_at, dst_at, .. } | Move::Spread { src_at, dst_at, .. } => {
@@ -476,18 +533,10 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
                 };
                 let mut outputs = [core::ptr::null_mut(); MAX_DESTINATIONS];
                 let count = every_rank(peers, dst_at + at, from, &mut outputs);
-                // SAFETY: the slice lies inside its owner's `src` (this rank's for a push) and
-                // inside every rank's `dst`, alike on every rank; no output is the input (left
-                // out above).
-                unsafe {
-                    transfer::copy_to_all::<A>(
-                        Coop::block(),
-                        &outputs[..count],
-                        from,
-                        n as usize,
-                        smem,
-                    )
-                };
+                // The slice lies inside its owner's `src` (this rank's for a push) and inside
+                // every rank's `dst`, alike on every rank; no output is the input (left out
+                // above).
+                copy(&outputs[..count], from, n, is_small);
             }
             Move::Reduce {
                 src_at,

@@ -107,13 +107,34 @@ const EPOCH_WORD: usize = 2;
 pub(crate) const DIGEST_WARP: u32 = 32;
 
 impl<'a> Call<'a> {
-    /// Starts a call on this block: reads its epoch (thread 0 reads, the block shares it) and
-    /// keeps the call's digest in the scratch. The call is traced if `plan` says so
-    /// ([`trace`]): it marks [`Point::Checked`] on entry and [`Point::Begun`] once begun.
+    /// This block's epoch, as thread 0 reads it at the call's entry ([`Call::begin`] shares it
+    /// with the block): loaded before the arguments are checked, its round trip overlaps that
+    /// work instead of following it. Only thread 0's value is used (it wrote the slot at the
+    /// end of the block's last call, which a call inside a kernel may have been: no other
+    /// thread's program order follows that store).
+    ///
+    /// # Safety
+    /// `ctx.state` is the rank's local state and `block < MAX_BLOCKS`; the work before the
+    /// call on its stream is done (`Atom::await_prior_grids`).
+    #[inline(always)]
+    pub(crate) unsafe fn early_epoch(ctx: &Context, block: u32) -> u64 {
+        if arch::thread_index() != 0 || ctx.state == 0 {
+            return 0;
+        }
+        let slot = (ctx.state + (LocalState::EPOCHS + block as usize * 8) as u64) as *const u64;
+        // SAFETY: the slot lies in the local state (the caller's contract).
+        unsafe { arch::ld_relaxed_gpu_u64(slot) }
+    }
+
+    /// Starts a call on this block: takes its epoch (thread 0's [`early_epoch`](Self::early_epoch),
+    /// which the block shares) and keeps the call's digest in the scratch. The call is traced
+    /// if `plan` says so ([`trace`]): it marks [`Point::Checked`] on entry and
+    /// [`Point::Begun`] once begun.
     ///
     /// # Safety
     /// `ctx` describes live buffers; `scratch` points to `SNAC_SMEM_BYTES` of this block's
-    /// shared memory; every thread of the block calls, with the same digest.
+    /// shared memory; `epoch` is [`early_epoch`](Self::early_epoch)'s for this block and call;
+    /// every thread of the block calls, with the same digest.
     #[inline(always)]
     pub(crate) unsafe fn begin(
         ctx: &'a Context,
@@ -122,6 +143,7 @@ impl<'a> Call<'a> {
         scratch: *mut u8,
         digest: &Digest,
         plan: &Plan,
+        epoch: u64,
     ) -> Self {
         let mut call = Self {
             scratch: scratch as *mut u32,
@@ -129,7 +151,6 @@ impl<'a> Call<'a> {
             ..Self::detached(ctx, kind, block)
         };
         call.mark(Point::Checked);
-        let epoch_ptr = call.epoch_slot(block);
         if call.tid == 0 {
             // SAFETY: the scratch holds SNAC_SMEM_BYTES; the digest lies at SCRATCH_DIGEST.
             unsafe {
@@ -140,15 +161,11 @@ impl<'a> Call<'a> {
             }
         }
         if call.threads == 1 {
-            // SAFETY: the epoch slot lies in the local state.
-            call.epoch = unsafe { arch::ld_relaxed_gpu_u64(epoch_ptr) };
+            call.epoch = epoch;
         } else {
             if call.tid == 0 {
-                // SAFETY: the epoch slot lies in the local state; the scratch is shared memory.
-                unsafe {
-                    let e = arch::ld_relaxed_gpu_u64(epoch_ptr);
-                    (call.scratch.add(EPOCH_WORD) as *mut u64).write_volatile(e);
-                }
+                // SAFETY: the scratch is shared memory.
+                unsafe { (call.scratch.add(EPOCH_WORD) as *mut u64).write_volatile(epoch) };
             }
             arch::sync_block();
             // SAFETY: written by thread 0 before the barrier; rewritten only by the next call,
@@ -369,7 +386,8 @@ impl<'a> Call<'a> {
     /// [`rendezvous`](Self::rendezvous), in which the thread that checks a peer's digest then
     /// collects that peer's addresses into `table` (`src` at `table[r]`, `dst` at
     /// `table[MAX_RANKS + r]`; this rank's own are `src(me)` and `dst`). One meeting, one
-    /// barrier: the addresses come right behind the digest, so they cost no wait of their own.
+    /// barrier: a peer's address packets are loaded with its arrival packets, in one round
+    /// trip, so they cost no wait of their own.
     /// `Ok(true)` when every rank's are reachable (none is 0), `Ok(false)` when one rank's are
     /// not, a recorded fault when a peer's digest differs or its packets never came. Every
     /// thread calls.
@@ -383,33 +401,19 @@ impl<'a> Call<'a> {
         src: impl Fn(u32) -> u64,
         dst: u64,
     ) -> Result<bool, Left> {
-        let flag = packet::flag32(self.epoch);
         let half = crate::context::MAX_RANKS;
-        self.meet(|q| {
-            let mut got = [src(q), dst];
-            let mut ok = true;
-            if q != self.me() {
-                for (k, v) in got.iter_mut().enumerate() {
-                    let at = self.address(self.me(), q, k);
-                    let waited = self.spin(q, SignalKind::Arrival, flag as u64, || {
-                        // SAFETY: this rank's own signal array holds `q`'s address packets.
-                        match unsafe { packet::try_get(at, flag) } {
-                            Ok(a) => {
-                                *v = a;
-                                None
-                            }
-                            Err(seen) => Some(seen),
-                        }
-                    });
-                    ok &= waited.is_ok();
-                }
-            }
+        self.meet(true, |q, theirs| {
+            let got = if q == self.me() {
+                [src(q), dst]
+            } else {
+                theirs
+            };
             // SAFETY: `q < world <= MAX_RANKS`; the caller's table holds `2 × MAX_RANKS`.
             unsafe {
                 table.add(q as usize).write_volatile(got[0]);
                 table.add(half + q as usize).write_volatile(got[1]);
             }
-            ok
+            true
         })?;
         // Every thread reads the whole table (written before the meeting's barrier): the block
         // agrees without another barrier.
@@ -447,10 +451,19 @@ impl<'a> Call<'a> {
     /// Compares `peer`'s digest for this call with this rank's, if the peer has posted it:
     /// `Ok(true)` when it matches, `Ok(false)` when it is not there yet, and a recorded
     /// [`FaultKind::DigestMismatch`] when it differs.
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) fn check_digest(&self, peer: u32) -> Result<bool, Left> {
+        self.check_arrival(peer, false).map(|a| a.is_some())
+    }
+
+    /// [`check_digest`](Self::check_digest), loading `peer`'s address packets
+    /// ([`announce_addresses`](Self::announce_addresses)) in the same round trip when
+    /// `addresses`: `Ok(Some(..))` once the digest matches and (when asked) the addresses are
+    /// here, with them (`[0, 0]` when not asked).
+    #[inline(never)]
+    fn check_arrival(&self, peer: u32, addresses: bool) -> Result<Option<[u64; 2]>, Left> {
         let flag = packet::flag32(self.epoch);
-        // Every packet's load in flight before any is decoded: one trip, not four.
+        // Every packet's load in flight before any is decoded: one trip, not four (or six).
         let mut raw = [[0u64; 2]; ARRIVAL_PACKETS];
         for (k, r) in raw.iter_mut().enumerate() {
             // SAFETY: this rank's own signal array holds `peer`'s arrival packets.
@@ -458,11 +471,20 @@ impl<'a> Call<'a> {
                 arch::ld_volatile_v2_u64(self.arrival(self.me(), peer, k) as *const [u64; 2])
             };
         }
+        let mut raw_addresses = [[0u64; 2]; 2];
+        if addresses {
+            for (k, r) in raw_addresses.iter_mut().enumerate() {
+                // SAFETY: this rank's own signal array holds `peer`'s address packets.
+                *r = unsafe {
+                    arch::ld_volatile_v2_u64(self.address(self.me(), peer, k) as *const [u64; 2])
+                };
+            }
+        }
         let mut theirs = [0u64; ARRIVAL_PACKETS];
         for (w, r) in theirs.iter_mut().zip(raw) {
             match packet::decode(r, flag) {
                 Ok(v) => *w = v,
-                Err(_) => return Ok(false),
+                Err(_) => return Ok(None),
             }
         }
         let mine = [
@@ -471,20 +493,27 @@ impl<'a> Call<'a> {
             self.digest_word(2),
             self.counts_expected_from(peer),
         ];
-        match digest::compare(&mine, &theirs) {
-            None => Ok(true),
-            Some((field, a, b)) => {
-                self.record(
-                    FaultKind::DigestMismatch,
-                    peer,
-                    SignalKind::None,
-                    a,
-                    b,
-                    field as u64,
-                );
-                Err(Left)
+        if let Some((field, a, b)) = digest::compare(&mine, &theirs) {
+            self.record(
+                FaultKind::DigestMismatch,
+                peer,
+                SignalKind::None,
+                a,
+                b,
+                field as u64,
+            );
+            return Err(Left);
+        }
+        let mut got = [0u64; 2];
+        if addresses {
+            for (g, r) in got.iter_mut().zip(raw_addresses) {
+                match packet::decode(r, flag) {
+                    Ok(v) => *g = v,
+                    Err(_) => return Ok(None),
+                }
             }
         }
+        Ok(Some(got))
     }
 
     /// This thread's share of the digest check (block 0): waits until the digest of every
@@ -495,36 +524,43 @@ impl<'a> Call<'a> {
     /// data wait.
     #[inline(always)]
     fn check_my_digests(&self) -> bool {
-        self.check_my_digests_then(|_| true)
+        self.check_my_digests_then(false, |_, _| true)
     }
 
-    /// [`check_my_digests`](Self::check_my_digests), running `then(q)` for every rank `q` this
-    /// thread checks (this rank included, which has no digest to check) once `q`'s digest
-    /// matched; false too if `then` returns false.
+    /// [`check_my_digests`](Self::check_my_digests), running `then(q, addresses)` for every
+    /// rank `q` this thread checks (this rank included, which has no digest to check) once
+    /// `q`'s digest matched, with `q`'s address packets when `addresses` (see
+    /// [`check_arrival`](Self::check_arrival)); false too if `then` returns false.
     #[inline(never)]
-    fn check_my_digests_then(&self, mut then: impl FnMut(u32) -> bool) -> bool {
+    fn check_my_digests_then(
+        &self,
+        addresses: bool,
+        mut then: impl FnMut(u32, [u64; 2]) -> bool,
+    ) -> bool {
         let mut ok = true;
         let mut q = self.threads - 1 - self.tid;
         while q < self.world() {
+            let mut got = [0u64; 2];
             if q != self.me() {
-                let mut checked = Ok(false);
+                let mut checked = Ok(None);
                 let waited = self.spin(
                     q,
                     SignalKind::Arrival,
                     packet::flag32(self.epoch) as u64,
                     || {
-                        checked = self.check_digest(q);
+                        checked = self.check_arrival(q, addresses);
                         match checked {
-                            Ok(false) => Some(0),
+                            Ok(None) => Some(0),
                             _ => None,
                         }
                     },
                 );
-                if waited.is_err() || checked.is_err() {
-                    ok = false;
+                match (waited, checked) {
+                    (Ok(()), Ok(Some(a))) => got = a,
+                    _ => ok = false,
                 }
             }
-            ok = ok && then(q);
+            ok = ok && then(q, got);
             q += self.threads;
         }
         ok
@@ -565,15 +601,19 @@ impl<'a> Call<'a> {
     /// thread calls.
     #[inline(always)]
     pub(crate) fn rendezvous(&self) -> Result<(), Left> {
-        self.meet(|_| true)
+        self.meet(false, |_, _| true)
     }
 
-    /// The rendezvous, with `then(q)` run by the thread that checked rank `q` (see
+    /// The rendezvous, with `then(q, addresses)` run by the thread that checked rank `q` (see
     /// [`check_my_digests_then`](Self::check_my_digests_then)), before the one barrier.
     #[inline(always)]
-    fn meet(&self, mut then: impl FnMut(u32) -> bool) -> Result<(), Left> {
-        let ok = self.check_my_digests_then(|q| {
-            let done = then(q);
+    fn meet(
+        &self,
+        addresses: bool,
+        mut then: impl FnMut(u32, [u64; 2]) -> bool,
+    ) -> Result<(), Left> {
+        let ok = self.check_my_digests_then(addresses, |q, got| {
+            let done = then(q, got);
             if q != self.me() {
                 // The packets were polled with plain loads: one acquire orders the reads of
                 // the peer's buffers after them (and drops this SM's stale L1 lines), as a

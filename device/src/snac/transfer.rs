@@ -100,6 +100,37 @@ pub(crate) unsafe fn copy_to_all<A: Atom>(
     }
 }
 
+/// Copies `bytes` bytes from `src` into every destination in the group's registers (no shared
+/// memory, no barrier), so that part of a block may copy one range while the rest copies
+/// another: the loads of both are then in flight together. Every destination shares `src`'s
+/// alignment within 16 bytes (the caller checks); every thread of the group calls with the
+/// same values.
+///
+/// # Safety
+/// As [`Atom::copy_to_all`], except alignment.
+#[inline(never)]
+pub(crate) unsafe fn copy_to_all_in_registers(
+    coop: Coop,
+    dsts: &[*mut u8],
+    src: *const u8,
+    bytes: usize,
+) {
+    if bytes == 0 || dsts.is_empty() {
+        return;
+    }
+    let head = ((16 - (src as usize & 15)) & 15).min(bytes);
+    let mut after = [core::ptr::null_mut::<u8>(); MAX_DESTINATIONS];
+    for (a, d) in after.iter_mut().zip(dsts) {
+        *a = d.wrapping_add(head);
+    }
+    // SAFETY: the head and the rest lie inside every range; after the head every pointer is
+    // 16-byte aligned (they share `src`'s alignment); at most MAX_DESTINATIONS destinations.
+    unsafe {
+        copy_bytes(coop, dsts, src, 0, head);
+        crate::atom::register::copy_to_all(coop, &after[..dsts.len()], src.add(head), bytes - head);
+    }
+}
+
 /// `dst = srcs[0] ⊕ … ⊕ srcs[n-1]` over `count` elements, in `f32`, sources in order, into
 /// every destination: the Atom when every pointer is 16-byte aligned (staging always is; a
 /// caller's `dst` should be), the element-wise path otherwise. Both give the same bits.

@@ -148,14 +148,17 @@ pub struct Options {
     pub strict_order: bool,
     /// Stage ordinary buffers through the workspace even where the peers reach them. By
     /// default (`false`), when every rank of the context is a thread of this process on one
-    /// GPU (or the context is on host memory), a call large enough for it to pay (AllGatherV
-    /// and ReduceScatterV above the packet paths, the fixed-size forms from 2 to 8 MiB per
-    /// rank) exchanges its `src` and `dst` addresses with the peers at entry and moves the
-    /// data in one pass between the ranks' own buffers, as over
-    /// [`SymmetricBuffer`](crate::SymmetricBuffer)s;
+    /// GPU (or the context is on host memory), a call large enough for it to pay (the V forms
+    /// above their packet paths, the fixed-size forms from 2 to 8 MiB per rank) exchanges its
+    /// `src` and `dst` addresses with the peers at entry and moves the data in one pass
+    /// between the ranks' own buffers, as over [`SymmetricBuffer`](crate::SymmetricBuffer)s;
     /// ranks in several processes or on several GPUs always stage. Every rank must pass the
     /// same: a call whose ranks disagree faults, naming the buffers.
     pub staged: bool,
+    /// Take that one pass over the peers' ordinary buffers whatever the call's size (above
+    /// the packet paths), where the ranks reach them, instead of only where it pays: to
+    /// measure where it does. Ignored with `staged`. Every rank must pass the same.
+    pub direct: bool,
 }
 
 /// One call, checked and ready to launch.

@@ -109,14 +109,19 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
         Size::Counts(_) => None,
     };
     call.args.peers_reach = peers_reach(ctx, kind, moved, &call.args, options);
+    call.args.direct_min_bytes = if options.direct {
+        0
+    } else {
+        v_direct_min_bytes(kind)
+    };
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
 }
 
 /// What a call says of its ordinary buffers' reach: reachable when every rank of the context
 /// shares this process and its GPU (or host memory), neither buffer is a symmetric one and
-/// the call is large enough for the one pass to pay ([`direct_pays`]), unless the caller asks
-/// to stage. The same on every rank that passes the same options (the count, which `moved`
+/// the call is large enough for the one pass to pay ([`direct_pays`]) or the caller asks for
+/// it (`Options::direct`), unless the caller asks to stage. The same on every rank that passes the same options (the count, which `moved`
 /// comes from, is compared by the call's digest).
 fn peers_reach(
     ctx: &Context,
@@ -126,7 +131,8 @@ fn peers_reach(
     options: &Options,
 ) -> PeersReach {
     let ordinary = args.src_peers.is_null() && args.dst_peers.is_null();
-    if ordinary && !options.staged && direct_pays(kind, moved) && ctx.shares_address_space() {
+    let pays = options.direct || direct_pays(kind, moved);
+    if ordinary && !options.staged && pays && ctx.shares_address_space() {
         PeersReach::Reachable
     } else {
         PeersReach::None
@@ -151,6 +157,22 @@ fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
         _ => 2 * MIB,
     };
     moved >= from
+}
+
+/// Where a V call over ordinary buffers the peers reach starts to take the one pass rather
+/// than staging (`SnacArgs::direct_min_bytes`: the device decides, from the counts every rank
+/// agrees on). Measured as the fixed forms' thresholds ([`direct_pays`]), on an H100 with 8
+/// ranks in one graph (`benches/RESULTS.md`): AllGatherV and ReduceScatterV count every
+/// rank's part (the whole gathered output, the whole reduced input), AllToAllV its bound on a
+/// rank's sends (`max_count × world` elements). The fixed-size forms: 0 (the host decided).
+fn v_direct_min_bytes(kind: CollectiveKind) -> u64 {
+    const MIB: u64 = 1 << 20;
+    match kind {
+        CollectiveKind::AllGatherV => 2 * MIB,
+        CollectiveKind::ReduceScatterV => MIB,
+        CollectiveKind::AllToAllV => 32 * MIB,
+        _ => 0,
+    }
 }
 
 /// Checks a collective of fixed-size parts (see [`parts`]) of `count` elements: the call and
