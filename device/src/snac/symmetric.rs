@@ -392,7 +392,8 @@ impl Symmetric {
 /// next such slice to the next group, rather than to the whole block in turn: the slices'
 /// loads are then in flight together. A block that copied its eight 2 KiB slices of an 8-rank
 /// AllGatherV of 256 KiB one after another waited a memory round trip for each (6-13 µs).
-const GROUP_COPY_BYTES: u64 = 16 * 1024;
+/// Larger slices take the Atom's bulk-copy engine (from 64 KiB per block on sm_90).
+const GROUP_COPY_BYTES: u64 = 64 * 1024;
 /// The unit of the groups of [`GROUP_COPY_BYTES`]: a warp on the GPU (so no warp splits
 /// between two copies); eight threads on the host, whose emulated blocks are 1 to 64 threads,
 /// so that the CPU tests deal copies out to several groups too.

@@ -386,8 +386,9 @@ impl<'a> Call<'a> {
     /// [`rendezvous`](Self::rendezvous), in which the thread that checks a peer's digest then
     /// collects that peer's addresses into `table` (`src` at `table[r]`, `dst` at
     /// `table[MAX_RANKS + r]`; this rank's own are `src(me)` and `dst`). One meeting, one
-    /// barrier: a peer's address packets are loaded with its arrival packets, in one round
-    /// trip, so they cost no wait of their own.
+    /// barrier: the addresses come right behind the digest (both packets in one round trip),
+    /// so they cost no wait of their own. (Loading them with the digest's packets, in the
+    /// same trip, made the meeting 2-3 µs slower on an H100: `benches/RESULTS.md`.)
     /// `Ok(true)` when every rank's are reachable (none is 0), `Ok(false)` when one rank's are
     /// not, a recorded fault when a peer's digest differs or its packets never came. Every
     /// thread calls.
@@ -401,19 +402,33 @@ impl<'a> Call<'a> {
         src: impl Fn(u32) -> u64,
         dst: u64,
     ) -> Result<bool, Left> {
+        let flag = packet::flag32(self.epoch);
         let half = crate::context::MAX_RANKS;
-        self.meet(true, |q, theirs| {
-            let got = if q == self.me() {
-                [src(q), dst]
-            } else {
-                theirs
-            };
+        self.meet(|q| {
+            let mut got = [src(q), dst];
+            let mut ok = true;
+            if q != self.me() {
+                let at = [self.address(self.me(), q, 0), self.address(self.me(), q, 1)];
+                let waited = self.spin(q, SignalKind::Arrival, flag as u64, || {
+                    // Both packets' loads in flight before either is decoded: one trip.
+                    // SAFETY: this rank's own signal array holds `q`'s address packets.
+                    let raw = at.map(|p| unsafe { arch::ld_volatile_v2_u64(p as *const [u64; 2]) });
+                    match (packet::decode(raw[0], flag), packet::decode(raw[1], flag)) {
+                        (Ok(s), Ok(d)) => {
+                            got = [s, d];
+                            None
+                        }
+                        (Err(seen), _) | (_, Err(seen)) => Some(seen),
+                    }
+                });
+                ok = waited.is_ok();
+            }
             // SAFETY: `q < world <= MAX_RANKS`; the caller's table holds `2 × MAX_RANKS`.
             unsafe {
                 table.add(q as usize).write_volatile(got[0]);
                 table.add(half + q as usize).write_volatile(got[1]);
             }
-            true
+            ok
         })?;
         // Every thread reads the whole table (written before the meeting's barrier): the block
         // agrees without another barrier.
@@ -451,19 +466,10 @@ impl<'a> Call<'a> {
     /// Compares `peer`'s digest for this call with this rank's, if the peer has posted it:
     /// `Ok(true)` when it matches, `Ok(false)` when it is not there yet, and a recorded
     /// [`FaultKind::DigestMismatch`] when it differs.
-    #[inline(always)]
-    pub(crate) fn check_digest(&self, peer: u32) -> Result<bool, Left> {
-        self.check_arrival(peer, false).map(|a| a.is_some())
-    }
-
-    /// [`check_digest`](Self::check_digest), loading `peer`'s address packets
-    /// ([`announce_addresses`](Self::announce_addresses)) in the same round trip when
-    /// `addresses`: `Ok(Some(..))` once the digest matches and (when asked) the addresses are
-    /// here, with them (`[0, 0]` when not asked).
     #[inline(never)]
-    fn check_arrival(&self, peer: u32, addresses: bool) -> Result<Option<[u64; 2]>, Left> {
+    pub(crate) fn check_digest(&self, peer: u32) -> Result<bool, Left> {
         let flag = packet::flag32(self.epoch);
-        // Every packet's load in flight before any is decoded: one trip, not four (or six).
+        // Every packet's load in flight before any is decoded: one trip, not four.
         let mut raw = [[0u64; 2]; ARRIVAL_PACKETS];
         for (k, r) in raw.iter_mut().enumerate() {
             // SAFETY: this rank's own signal array holds `peer`'s arrival packets.
@@ -471,20 +477,11 @@ impl<'a> Call<'a> {
                 arch::ld_volatile_v2_u64(self.arrival(self.me(), peer, k) as *const [u64; 2])
             };
         }
-        let mut raw_addresses = [[0u64; 2]; 2];
-        if addresses {
-            for (k, r) in raw_addresses.iter_mut().enumerate() {
-                // SAFETY: this rank's own signal array holds `peer`'s address packets.
-                *r = unsafe {
-                    arch::ld_volatile_v2_u64(self.address(self.me(), peer, k) as *const [u64; 2])
-                };
-            }
-        }
         let mut theirs = [0u64; ARRIVAL_PACKETS];
         for (w, r) in theirs.iter_mut().zip(raw) {
             match packet::decode(r, flag) {
                 Ok(v) => *w = v,
-                Err(_) => return Ok(None),
+                Err(_) => return Ok(false),
             }
         }
         let mine = [
@@ -493,27 +490,20 @@ impl<'a> Call<'a> {
             self.digest_word(2),
             self.counts_expected_from(peer),
         ];
-        if let Some((field, a, b)) = digest::compare(&mine, &theirs) {
-            self.record(
-                FaultKind::DigestMismatch,
-                peer,
-                SignalKind::None,
-                a,
-                b,
-                field as u64,
-            );
-            return Err(Left);
-        }
-        let mut got = [0u64; 2];
-        if addresses {
-            for (g, r) in got.iter_mut().zip(raw_addresses) {
-                match packet::decode(r, flag) {
-                    Ok(v) => *g = v,
-                    Err(_) => return Ok(None),
-                }
+        match digest::compare(&mine, &theirs) {
+            None => Ok(true),
+            Some((field, a, b)) => {
+                self.record(
+                    FaultKind::DigestMismatch,
+                    peer,
+                    SignalKind::None,
+                    a,
+                    b,
+                    field as u64,
+                );
+                Err(Left)
             }
         }
-        Ok(Some(got))
     }
 
     /// This thread's share of the digest check (block 0): waits until the digest of every
@@ -524,43 +514,36 @@ impl<'a> Call<'a> {
     /// data wait.
     #[inline(always)]
     fn check_my_digests(&self) -> bool {
-        self.check_my_digests_then(false, |_, _| true)
+        self.check_my_digests_then(|_| true)
     }
 
-    /// [`check_my_digests`](Self::check_my_digests), running `then(q, addresses)` for every
-    /// rank `q` this thread checks (this rank included, which has no digest to check) once
-    /// `q`'s digest matched, with `q`'s address packets when `addresses` (see
-    /// [`check_arrival`](Self::check_arrival)); false too if `then` returns false.
+    /// [`check_my_digests`](Self::check_my_digests), running `then(q)` for every rank `q` this
+    /// thread checks (this rank included, which has no digest to check) once `q`'s digest
+    /// matched; false too if `then` returns false.
     #[inline(never)]
-    fn check_my_digests_then(
-        &self,
-        addresses: bool,
-        mut then: impl FnMut(u32, [u64; 2]) -> bool,
-    ) -> bool {
+    fn check_my_digests_then(&self, mut then: impl FnMut(u32) -> bool) -> bool {
         let mut ok = true;
         let mut q = self.threads - 1 - self.tid;
         while q < self.world() {
-            let mut got = [0u64; 2];
             if q != self.me() {
-                let mut checked = Ok(None);
+                let mut checked = Ok(false);
                 let waited = self.spin(
                     q,
                     SignalKind::Arrival,
                     packet::flag32(self.epoch) as u64,
                     || {
-                        checked = self.check_arrival(q, addresses);
+                        checked = self.check_digest(q);
                         match checked {
-                            Ok(None) => Some(0),
+                            Ok(false) => Some(0),
                             _ => None,
                         }
                     },
                 );
-                match (waited, checked) {
-                    (Ok(()), Ok(Some(a))) => got = a,
-                    _ => ok = false,
+                if waited.is_err() || checked.is_err() {
+                    ok = false;
                 }
             }
-            ok = ok && then(q, got);
+            ok = ok && then(q);
             q += self.threads;
         }
         ok
@@ -601,19 +584,15 @@ impl<'a> Call<'a> {
     /// thread calls.
     #[inline(always)]
     pub(crate) fn rendezvous(&self) -> Result<(), Left> {
-        self.meet(false, |_, _| true)
+        self.meet(|_| true)
     }
 
-    /// The rendezvous, with `then(q, addresses)` run by the thread that checked rank `q` (see
+    /// The rendezvous, with `then(q)` run by the thread that checked rank `q` (see
     /// [`check_my_digests_then`](Self::check_my_digests_then)), before the one barrier.
     #[inline(always)]
-    fn meet(
-        &self,
-        addresses: bool,
-        mut then: impl FnMut(u32, [u64; 2]) -> bool,
-    ) -> Result<(), Left> {
-        let ok = self.check_my_digests_then(addresses, |q, got| {
-            let done = then(q, got);
+    fn meet(&self, mut then: impl FnMut(u32) -> bool) -> Result<(), Left> {
+        let ok = self.check_my_digests_then(|q| {
+            let done = then(q);
             if q != self.me() {
                 // The packets were polled with plain loads: one acquire orders the reads of
                 // the peer's buffers after them (and drops this SM's stale L1 lines), as a

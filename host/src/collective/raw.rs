@@ -161,16 +161,15 @@ fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
 
 /// Where a V call over ordinary buffers the peers reach starts to take the one pass rather
 /// than staging (`SnacArgs::direct_min_bytes`: the device decides, from the counts every rank
-/// agrees on). Measured as the fixed forms' thresholds ([`direct_pays`]), on an H100 with 8
-/// ranks in one graph (`benches/RESULTS.md`): AllGatherV and ReduceScatterV count every
-/// rank's part (the whole gathered output, the whole reduced input), AllToAllV its bound on a
-/// rank's sends (`max_count × world` elements). The fixed-size forms: 0 (the host decided).
+/// agrees on): where the pass first won on an H100 with 8 ranks in one graph
+/// (`benches/RESULTS.md`), counting every rank's part (AllGatherV's whole gathered output,
+/// ReduceScatterV's whole reduced input). AllToAllV's pass won at every size above its packet
+/// path: 0. The fixed-size forms: 0 (the host decided, [`direct_pays`]).
 fn v_direct_min_bytes(kind: CollectiveKind) -> u64 {
     const MIB: u64 = 1 << 20;
     match kind {
-        CollectiveKind::AllGatherV => 2 * MIB,
+        CollectiveKind::AllGatherV => 8 * MIB,
         CollectiveKind::ReduceScatterV => MIB,
-        CollectiveKind::AllToAllV => 32 * MIB,
         _ => 0,
     }
 }
