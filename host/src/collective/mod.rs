@@ -149,8 +149,8 @@ pub struct Options {
     /// Stage ordinary buffers through the workspace even where the peers reach them. By
     /// default (`false`), when every rank of the context is a thread of this process on one
     /// GPU (or the context is on host memory), a call large enough for it to pay (the
-    /// fixed-size forms from 2 to 8 MiB per rank, AllGatherV from 8 MiB of all ranks' parts,
-    /// ReduceScatterV from 1 MiB, AllToAllV above its packet path) exchanges its
+    /// fixed-size forms from 2 to 8 MiB per rank, AllGatherV from 6 MiB of all ranks' parts,
+    /// ReduceScatterV from 768 KiB, AllToAllV above its packet path) exchanges its
     /// `src` and `dst` addresses with the peers at entry and moves the data in one pass
     /// between the ranks' own buffers, as over [`SymmetricBuffer`](crate::SymmetricBuffer)s;
     /// ranks in several processes or on several GPUs always stage. Every rank must pass the

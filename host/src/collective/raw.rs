@@ -161,15 +161,18 @@ fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
 
 /// Where a V call over ordinary buffers the peers reach starts to take the one pass rather
 /// than staging (`SnacArgs::direct_min_bytes`: the device decides, from the counts every rank
-/// agrees on): where the pass first won on an H100 with 8 ranks in one graph
-/// (`benches/RESULTS.md`), counting every rank's part (AllGatherV's whole gathered output,
-/// ReduceScatterV's whole reduced input). AllToAllV's pass won at every size above its packet
-/// path: 0. The fixed-size forms: 0 (the host decided, [`direct_pays`]).
+/// agrees on), counting every rank's part (AllGatherV's whole gathered output,
+/// ReduceScatterV's whole reduced input): between the last size where the pass lost and the
+/// first where it won on an H100 with 8 ranks in one graph (`benches/RESULTS.md`: AllGatherV
+/// lost at 4 MiB and won at 8, ReduceScatterV lost at 512 KiB and won at 1 MiB; the bench's
+/// linear split sums to just under its size, so a threshold at the size itself missed it).
+/// AllToAllV's pass won at every size above its packet path: 0. The fixed-size forms: 0 (the
+/// host decided, [`direct_pays`]).
 fn v_direct_min_bytes(kind: CollectiveKind) -> u64 {
-    const MIB: u64 = 1 << 20;
+    const KIB: u64 = 1 << 10;
     match kind {
-        CollectiveKind::AllGatherV => 8 * MIB,
-        CollectiveKind::ReduceScatterV => MIB,
+        CollectiveKind::AllGatherV => 6 * 1024 * KIB,
+        CollectiveKind::ReduceScatterV => 768 * KIB,
         _ => 0,
     }
 }
