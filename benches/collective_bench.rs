@@ -54,6 +54,7 @@ fn bench(args: &Args) -> Result<(), String> {
             strict_order: args.strict_order,
             staged: args.staged,
             direct: args.direct,
+            algorithm: args.algorithm.map(Into::into),
             ..Default::default()
         }],
         sizes: purlin_bench::sizes::doubling(args.min_bytes, args.max_bytes),

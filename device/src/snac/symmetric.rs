@@ -451,13 +451,14 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     let reach = sym.reach();
     // Small copies are dealt out to groups of warps, one copy per group in turn (see
     // `GROUP_COPY_BYTES`): as many groups as there are such copies, up to one per warp.
-    let small = |step: &Move| {
-        !matches!(step, Move::Reduce { .. })
-            && share(step.len()).1 != 0
-            && share(step.len()).1 <= GROUP_COPY_BYTES
+    // (`n` is this block's slice of the move.)
+    let small = |step: &Move, n: u64| {
+        !matches!(step, Move::Reduce { .. }) && (1..=GROUP_COPY_BYTES).contains(&n)
     };
     let mut smalls = 0u32;
-    moves.moves(reach, |step| smalls += small(&step) as u32);
+    moves.moves(reach, |step| {
+        smalls += small(&step, share(step.len()).1) as u32
+    });
     let warps = (call.threads / WARP_THREADS).max(1);
     let groups = smalls.clamp(1, warps);
     let group_threads = call.threads / groups / WARP_THREADS * WARP_THREADS;
@@ -496,12 +497,12 @@ pub(crate) unsafe fn run<A: Atom, M: OnePass, R: Reducer>(
     };
     call.mark(Point::Sent);
     moves.moves(reach, |step| {
-        let is_small = small(&step);
         // This block's slice of the move: nothing to address when it is empty.
         let (at, n) = share(step.len());
         if n == 0 {
             return;
         }
+        let is_small = small(&step, n);
         match step {
             Move::Pull {
                 peer,

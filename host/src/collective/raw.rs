@@ -114,8 +114,34 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
     } else {
         v_direct_min_bytes(kind)
     };
+    let options = &all_reduce_options(kind, moved, call.args.peers_reach, options);
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
+}
+
+/// The options an AllReduce of `moved` bytes runs with: where its one pass over the peers'
+/// buffers pays ([`direct_pays`]: from 1 MiB) it takes the throughput regime, which runs that
+/// pass, even below the plan's latency threshold (whose two-shot packets lost to the pass from
+/// 1 MiB on an H100 at 8 ranks, `benches/RESULTS.md`); an algorithm the caller forced stays.
+/// The same on every rank that passes the same options and count.
+fn all_reduce_options(
+    kind: CollectiveKind,
+    moved: Option<u64>,
+    reach: PeersReach,
+    options: &Options,
+) -> Options {
+    let pass = matches!(kind, CollectiveKind::AllReduce)
+        && options.algorithm.is_none()
+        && reach == PeersReach::Reachable
+        && direct_pays(kind, moved);
+    Options {
+        algorithm: if pass {
+            Some(Algorithm::Throughput)
+        } else {
+            options.algorithm
+        },
+        ..*options
+    }
 }
 
 /// What a call says of its ordinary buffers' reach: reachable when every rank of the context
@@ -140,8 +166,8 @@ fn peers_reach(
 }
 
 /// Whether a fixed-size call moving `moved` bytes per rank (its larger buffer: nccl-tests'
-/// size) runs faster in one pass over the peers' buffers than staged: from 4 MiB for
-/// AllReduce, 8 MiB for AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass
+/// size) runs faster in one pass over the peers' buffers than staged (AllReduce: than its
+/// two-shot packets too, [`all_reduce_options`]): from 1 MiB for AllReduce, 8 MiB for AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass
 /// first won on an H100 with 8 ranks (one graph for every rank's calls; below, the pass's
 /// entry exchange and exit meeting cost up to 9 µs more than staging:
 /// `benches/RESULTS.md`). The V forms (`moved` unknown: their counts are on the device and
@@ -152,7 +178,7 @@ fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
         return true;
     };
     let from = match kind {
-        CollectiveKind::AllReduce => 4 * MIB,
+        CollectiveKind::AllReduce => MIB,
         CollectiveKind::AllGather => 8 * MIB,
         _ => 2 * MIB,
     };
@@ -287,4 +313,71 @@ fn v_call(
         },
         max_bytes,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn algorithm(
+        kind: CollectiveKind,
+        moved: u64,
+        reach: PeersReach,
+        o: &Options,
+    ) -> Option<Algorithm> {
+        all_reduce_options(kind, Some(moved), reach, o).algorithm
+    }
+
+    #[test]
+    fn all_reduce_takes_the_pass_where_it_pays_and_reaches() {
+        let auto = Options::default();
+        let pass = Some(Algorithm::Throughput);
+        let reach = PeersReach::Reachable;
+        assert_eq!(
+            algorithm(CollectiveKind::AllReduce, MIB, reach, &auto),
+            pass
+        );
+        assert_eq!(
+            algorithm(CollectiveKind::AllReduce, 64 * MIB, reach, &auto),
+            pass
+        );
+        // Below the threshold, or where the peers' buffers are out of reach (staged,
+        // symmetric, several processes), the plan still chooses.
+        assert_eq!(
+            algorithm(CollectiveKind::AllReduce, MIB - 16, reach, &auto),
+            None
+        );
+        assert_eq!(
+            algorithm(CollectiveKind::AllReduce, MIB, PeersReach::None, &auto),
+            None
+        );
+        // Only AllReduce reads the algorithm; a forced one stays.
+        assert_eq!(
+            algorithm(CollectiveKind::AllGather, 64 * MIB, reach, &auto),
+            None
+        );
+        let two = Options {
+            algorithm: Some(Algorithm::TwoShot),
+            ..auto
+        };
+        assert_eq!(
+            algorithm(CollectiveKind::AllReduce, MIB, reach, &two),
+            Some(Algorithm::TwoShot)
+        );
+        // Everything else passes through.
+        let traced = Options {
+            trace: true,
+            staged: true,
+            ..auto
+        };
+        assert_eq!(
+            all_reduce_options(CollectiveKind::AllReduce, Some(MIB), reach, &traced),
+            Options {
+                algorithm: pass,
+                ..traced
+            }
+        );
+    }
 }
