@@ -35,8 +35,7 @@ pub(super) struct Checked<'a, C, const K: u32> {
     pub(super) args: &'a SnacArgs,
     /// The communicator.
     pub(super) ctx: &'a Context,
-    /// This block's epoch, loaded by thread 0 (`Call::early_epoch`; 0 elsewhere): at entry, or
-    /// for a V call beside its counts.
+    /// This block's epoch, loaded at entry by thread 0 (`Call::early_epoch`; 0 elsewhere).
     epoch: u64,
     /// What a V call moves, against `SnacArgs::direct_min_bytes` (set by `validated_counts`;
     /// 0 for the fixed-size forms, whose pass the host chose).
@@ -95,13 +94,11 @@ pub(super) fn check<'a, A: Atom, C: Config, const K: u32>(
         fixed_capacity(args, ctx.world, ctx.rank, kind.semantics())
     };
     A::await_prior_grids();
-    // A V call loads its epoch beside its counts (`Checked::validated_counts`): loaded here,
-    // thread 0 held it across that out-of-line function and loaded the counts after it.
     let epoch = match refusal {
         // SAFETY: a valid shape (`block < blocks <= MAX_BLOCKS`); the work before the call is
         // done (just above).
-        None if !kind.is_v() => unsafe { Call::early_epoch(ctx, args.block) },
-        _ => 0,
+        None => unsafe { Call::early_epoch(ctx, args.block) },
+        Some(_) => 0,
     };
     trace::mark(ctx, args.plan.trace != 0, args.block, trace::Point::Entry);
     if C::plan(&args.plan).launch_dependents != 0 {
@@ -445,8 +442,6 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         // Every count read once, by one thread each: all the loads in flight at once (thread 0
         // reading them in turn waited one round trip per count: 9 µs for AllToAllV at 8 ranks).
         let (tid, threads) = (crate::arch::thread_index(), crate::arch::block_threads());
-        // SAFETY: `check` passed (a valid shape); the work before the call is done.
-        self.epoch = unsafe { Call::early_epoch(ctx, args.block) };
         let mut i = tid as usize;
         while i < n {
             // SAFETY: the caller guarantees `n` counts; volatile, since a graph replay may

@@ -123,7 +123,9 @@ unsafe impl KernelArg for SnacArgs {}
 pub struct Options {
     /// Reduction mode (bitwise repeatable with [`ReductionMode::Deterministic`]).
     pub mode: ReductionMode,
-    /// Force an AllReduce algorithm instead of the plan's.
+    /// Force an AllReduce algorithm instead of the plan's. Unset, an AllReduce whose peers
+    /// reach its buffers (ordinary ones, see `staged`, or symmetric ones) takes the throughput
+    /// regime's one pass from 8 MiB / world, below the plan's latency threshold too.
     pub algorithm: Option<Algorithm>,
     /// Use this launch shape and plan instead of the table's (the mode and algorithm above still
     /// apply).
@@ -149,7 +151,7 @@ pub struct Options {
     /// Stage ordinary buffers through the workspace even where the peers reach them. By
     /// default (`false`), when every rank of the context is a thread of this process on one
     /// GPU (or the context is on host memory), a call large enough for it to pay (the
-    /// fixed-size forms from 2 to 8 MiB per rank, AllGatherV from 6 MiB of all ranks' parts,
+    /// fixed-size forms from 1 to 8 MiB per rank, AllGatherV from 6 MiB of all ranks' parts,
     /// ReduceScatterV from 768 KiB, AllToAllV above its packet path) exchanges its
     /// `src` and `dst` addresses with the peers at entry and moves the data in one pass
     /// between the ranks' own buffers, as over [`SymmetricBuffer`](crate::SymmetricBuffer)s;

@@ -114,26 +114,29 @@ pub unsafe fn launch_raw(ctx: &Context, call: &RawCall, options: &Options) -> Re
     } else {
         v_direct_min_bytes(kind)
     };
-    let options = &all_reduce_options(kind, moved, call.args.peers_reach, options);
+    let options = &all_reduce_options(kind, ctx.world(), moved, &call.args, options);
     // SAFETY: forwarded contract.
     unsafe { ctx.launch_call(call, options, band_bytes) }
 }
 
-/// The options an AllReduce of `moved` bytes runs with: where its one pass over the peers'
-/// buffers pays ([`direct_pays`]: from 1 MiB) it takes the throughput regime, which runs that
-/// pass, even below the plan's latency threshold (whose two-shot packets lost to the pass from
-/// 1 MiB on an H100 at 8 ranks, `benches/RESULTS.md`); an algorithm the caller forced stays.
-/// The same on every rank that passes the same options and count.
+/// The options an AllReduce of `moved` bytes on `world` ranks runs with: where the peers
+/// reach its buffers (ordinary ones a pass reaches, [`peers_reach`], or symmetric ones) and the
+/// call is large enough ([`all_reduce_pass_from`]), it takes the throughput regime, which runs
+/// one pass over them, even below the plan's latency threshold; an algorithm the caller forced
+/// stays. The same on every rank that passes the same options, count and kind of buffer.
 fn all_reduce_options(
     kind: CollectiveKind,
+    world: u32,
     moved: Option<u64>,
-    reach: PeersReach,
+    args: &SnacArgs,
     options: &Options,
 ) -> Options {
+    let symmetric = !args.src_peers.is_null() && !args.dst_peers.is_null();
+    let reached = args.peers_reach == PeersReach::Reachable || symmetric;
     let pass = matches!(kind, CollectiveKind::AllReduce)
         && options.algorithm.is_none()
-        && reach == PeersReach::Reachable
-        && direct_pays(kind, moved);
+        && reached
+        && moved.is_some_and(|m| m >= all_reduce_pass_from(world));
     Options {
         algorithm: if pass {
             Some(Algorithm::Throughput)
@@ -142,6 +145,16 @@ fn all_reduce_options(
         },
         ..*options
     }
+}
+
+/// The size from which AllReduce's one pass beats its two-shot packets: 8 MiB / `world` (1 MiB
+/// at 8 ranks, 2 MiB at 4, 4 MiB at 2). Measured on an H100, all ranks in one graph
+/// (`benches/RESULTS.md`), ordinary buffers then symmetric ones: at 8 ranks the pass took 33.5
+/// and 27.2 µs at 1 MiB against two-shot's 42.8 (it lost at 512 KiB); at 4 ranks 34.8 and 26.0
+/// µs at 2 MiB against 40.1 (it lost at 1 MiB); at 2 ranks two-shot was as fast or faster up to
+/// its 2 MiB threshold.
+const fn all_reduce_pass_from(world: u32) -> u64 {
+    (8 << 20) / if world == 0 { 1 } else { world as u64 }
 }
 
 /// What a call says of its ordinary buffers' reach: reachable when every rank of the context
@@ -166,12 +179,14 @@ fn peers_reach(
 }
 
 /// Whether a fixed-size call moving `moved` bytes per rank (its larger buffer: nccl-tests'
-/// size) runs faster in one pass over the peers' buffers than staged (AllReduce: than its
-/// two-shot packets too, [`all_reduce_options`]): from 1 MiB for AllReduce, 8 MiB for AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass
-/// first won on an H100 with 8 ranks (one graph for every rank's calls; below, the pass's
-/// entry exchange and exit meeting cost up to 9 µs more than staging:
-/// `benches/RESULTS.md`). The V forms (`moved` unknown: their counts are on the device and
-/// each rank's bound is its own) always take the pass.
+/// size) runs faster in one pass over the peers' buffers than staged: from 8 MiB for
+/// AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass first won on an H100
+/// with 8 ranks (one graph for every rank's calls; below, the pass's entry exchange and exit
+/// meeting cost up to 9 µs more than staging), and from 1 MiB for AllReduce (its pass beat
+/// staging from 128 KiB at 4 and 8 ranks and from 1 MiB at 2; where it also beats the
+/// two-shot packets, [`all_reduce_pass_from`], it replaces them): `benches/RESULTS.md`. The
+/// V forms (`moved` unknown: their counts are on the device and each rank's bound is its own)
+/// always take the pass.
 fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
     const MIB: u64 = 1 << 20;
     let Some(moved) = moved else {
@@ -321,41 +336,68 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// The algorithm an AllReduce-or-other call of `moved` bytes on `world` ranks gets.
     fn algorithm(
         kind: CollectiveKind,
+        world: u32,
         moved: u64,
-        reach: PeersReach,
+        a: &SnacArgs,
         o: &Options,
     ) -> Option<Algorithm> {
-        all_reduce_options(kind, Some(moved), reach, o).algorithm
+        all_reduce_options(kind, world, Some(moved), a, o).algorithm
+    }
+
+    fn ordinary(reach: PeersReach) -> SnacArgs {
+        SnacArgs {
+            peers_reach: reach,
+            ..SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 0, 1)
+        }
     }
 
     #[test]
     fn all_reduce_takes_the_pass_where_it_pays_and_reaches() {
         let auto = Options::default();
         let pass = Some(Algorithm::Throughput);
-        let reach = PeersReach::Reachable;
+        let reached = ordinary(PeersReach::Reachable);
+        let ar = CollectiveKind::AllReduce;
+        for (world, from) in [(8, MIB), (4, 2 * MIB), (2, 4 * MIB), (3, (8 * MIB) / 3)] {
+            assert_eq!(
+                algorithm(ar, world, from, &reached, &auto),
+                pass,
+                "world {world}"
+            );
+            assert_eq!(
+                algorithm(ar, world, 64 * MIB, &reached, &auto),
+                pass,
+                "world {world}"
+            );
+            assert_eq!(
+                algorithm(ar, world, from - 16, &reached, &auto),
+                None,
+                "world {world}"
+            );
+        }
+        // Out of reach (staged, several processes), the plan still chooses...
         assert_eq!(
-            algorithm(CollectiveKind::AllReduce, MIB, reach, &auto),
-            pass
-        );
-        assert_eq!(
-            algorithm(CollectiveKind::AllReduce, 64 * MIB, reach, &auto),
-            pass
-        );
-        // Below the threshold, or where the peers' buffers are out of reach (staged,
-        // symmetric, several processes), the plan still chooses.
-        assert_eq!(
-            algorithm(CollectiveKind::AllReduce, MIB - 16, reach, &auto),
+            algorithm(ar, 8, MIB, &ordinary(PeersReach::None), &auto),
             None
         );
-        assert_eq!(
-            algorithm(CollectiveKind::AllReduce, MIB, PeersReach::None, &auto),
-            None
-        );
+        // ...unless both buffers are symmetric (one table alone is refused by any pass).
+        let table = [0u64; 8];
+        let symmetric = SnacArgs {
+            src_peers: table.as_ptr(),
+            dst_peers: table.as_ptr(),
+            ..ordinary(PeersReach::None)
+        };
+        assert_eq!(algorithm(ar, 8, MIB, &symmetric, &auto), pass);
+        let half = SnacArgs {
+            dst_peers: core::ptr::null(),
+            ..symmetric
+        };
+        assert_eq!(algorithm(ar, 8, MIB, &half, &auto), None);
         // Only AllReduce reads the algorithm; a forced one stays.
         assert_eq!(
-            algorithm(CollectiveKind::AllGather, 64 * MIB, reach, &auto),
+            algorithm(CollectiveKind::AllGather, 8, 64 * MIB, &reached, &auto),
             None
         );
         let two = Options {
@@ -363,17 +405,17 @@ mod tests {
             ..auto
         };
         assert_eq!(
-            algorithm(CollectiveKind::AllReduce, MIB, reach, &two),
+            algorithm(ar, 8, MIB, &reached, &two),
             Some(Algorithm::TwoShot)
         );
         // Everything else passes through.
         let traced = Options {
             trace: true,
-            staged: true,
+            direct: true,
             ..auto
         };
         assert_eq!(
-            all_reduce_options(CollectiveKind::AllReduce, Some(MIB), reach, &traced),
+            all_reduce_options(ar, 8, Some(MIB), &reached, &traced),
             Options {
                 algorithm: pass,
                 ..traced
