@@ -32,26 +32,27 @@ impl From<Dtype> for purlin::DataType {
     }
 }
 
-/// AllReduce algorithms on the command line (`Options::algorithm`).
+/// Algorithms on the command line (`Options::algorithm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum AllReduceAlgorithm {
+pub enum AlgorithmArg {
     /// The plan's choice from the size.
     Auto,
     /// Every rank sends its whole input as packets to every peer (where it fits).
     OneShot,
     /// Reduce-scatter over packets, then all-gather the shards (where it fits).
     TwoShot,
-    /// The throughput regime at every size: staged, or one pass where the peers reach.
+    /// The throughput regime at every size, for any collective: staged, or one pass where the
+    /// peers reach.
     Throughput,
 }
 
-impl From<AllReduceAlgorithm> for purlin::collective::Algorithm {
-    fn from(a: AllReduceAlgorithm) -> Self {
+impl From<AlgorithmArg> for purlin::collective::Algorithm {
+    fn from(a: AlgorithmArg) -> Self {
         match a {
-            AllReduceAlgorithm::Auto => Self::Auto,
-            AllReduceAlgorithm::OneShot => Self::OneShot,
-            AllReduceAlgorithm::TwoShot => Self::TwoShot,
-            AllReduceAlgorithm::Throughput => Self::Throughput,
+            AlgorithmArg::Auto => Self::Auto,
+            AlgorithmArg::OneShot => Self::OneShot,
+            AlgorithmArg::TwoShot => Self::TwoShot,
+            AlgorithmArg::Throughput => Self::Throughput,
         }
     }
 }
@@ -156,10 +157,11 @@ pub struct Args {
     /// paths (`Options::direct`), not only where it pays.
     #[arg(long, conflicts_with_all = ["symmetric", "staged"])]
     pub direct: bool,
-    /// Force AllReduce's algorithm (`Options::algorithm`) instead of the plan's choice from
-    /// the size (one that does not fit runs the throughput regime); other collectives ignore it.
+    /// Force the algorithm (`Options::algorithm`) instead of the plan's choice from the size:
+    /// AllReduce's one-shot or two-shot packets (one that does not fit runs the throughput
+    /// regime), or the throughput regime for any collective (no packet path).
     #[arg(long, value_enum)]
-    pub algorithm: Option<AllReduceAlgorithm>,
+    pub algorithm: Option<AlgorithmArg>,
     /// Trace the calls (`Options::trace`) and print on stderr, per size, when the last timed
     /// call passed each phase on every rank (µs after the first rank's entry; one clock per
     /// GPU, so ranks compare on the virtual node).

@@ -123,9 +123,11 @@ unsafe impl KernelArg for SnacArgs {}
 pub struct Options {
     /// Reduction mode (bitwise repeatable with [`ReductionMode::Deterministic`]).
     pub mode: ReductionMode,
-    /// Force an AllReduce algorithm instead of the plan's. Unset, an AllReduce whose peers
-    /// reach its buffers (ordinary ones, see `staged`, or symmetric ones) takes the throughput
-    /// regime's one pass from 8 MiB / world, below the plan's latency threshold too.
+    /// Force an algorithm instead of the plan's: AllReduce's one-shot or two-shot packets
+    /// (where they fit), or the throughput regime for any collective. Unset, an AllReduce
+    /// whose peers reach its buffers (ordinary ones, see `staged`, or symmetric ones) takes
+    /// the throughput regime's one pass from 8 MiB / world, below the plan's latency
+    /// threshold too.
     pub algorithm: Option<Algorithm>,
     /// Use this launch shape and plan instead of the table's (the mode and algorithm above still
     /// apply).
