@@ -869,8 +869,9 @@ fn barrier(n: u32) {
 }
 
 /// A traced call (`Plan::trace`) leaves every rank's phase times in its local state, in the
-/// order the call passes them, with `Sent` and `Received` only where the call sends packets;
-/// an untraced call leaves the trace as it was.
+/// order the call passes them, with `Sent` and `Received` only where the call sends packets
+/// and `Loaded` and `Counted` only where it reads V counts; an untraced call leaves the trace as
+/// it was.
 #[test]
 fn traced_calls_record_their_phases_in_order() {
     use purlin_device::context::LocalState;
@@ -883,7 +884,8 @@ fn traced_calls_record_their_phases_in_order() {
     let mut rng = fresh_rng("traced calls");
     for world in [2u32, 3, 4] {
         let comm = Communicator::builder(world).build().unwrap();
-        // AllReduce of 256 B is one-shot packets; 96 KiB over 1 KiB chunks the throughput regime.
+        // AllReduce of 256 B is one-shot packets; 96 KiB over 1 KiB chunks the throughput regime;
+        // AllGatherV (bytes per rank) reads its counts first.
         for (kind, bytes, packets) in [
             (CollectiveKind::AllReduce, 256u64, true),
             (CollectiveKind::AllReduce, 96 << 10, false),
@@ -892,27 +894,35 @@ fn traced_calls_record_their_phases_in_order() {
                 4 * rng.random_range(1..64u64),
                 true,
             ),
+            (
+                CollectiveKind::AllGatherV,
+                rng.random_range(1..256u64),
+                true,
+            ),
         ] {
-            let out = if kind == CollectiveKind::AllGather {
-                bytes * world as u64
-            } else {
-                bytes
-            };
+            let gathers = matches!(kind, CollectiveKind::AllGather | CollectiveKind::AllGatherV);
+            let out = if gathers { bytes * world as u64 } else { bytes };
             let src: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(bytes as usize)).collect();
             let dst: Vec<Buffer> = (0..world).map(|_| Buffer::zeroed(out as usize)).collect();
-            let mut launch = Launch::new(kind, bytes);
+            let v = kind.is_v();
+            let mut launch = Launch::new(kind, if v { 0 } else { bytes });
+            if v {
+                (launch.elem_bytes, launch.max_count) = (1, bytes);
+            }
+            let counts = v.then(|| counts_buffers(world, &vec![bytes; world as usize]));
             launch.plan = Plan {
                 trace: 1,
                 chunk_bytes: 1024,
                 latency_threshold: 1024,
                 ..Plan::DEFAULT
             };
-            comm.run(&launch, &src, &dst, None).unwrap();
+            comm.run(&launch, &src, &dst, counts.as_deref()).unwrap();
             for rank in 0..world {
                 let t = read(&comm, rank);
                 let passed: Vec<u64> = Point::ALL
                     .iter()
                     .filter(|&&p| packets || !matches!(p, Point::Sent | Point::Received))
+                    .filter(|&&p| v || !matches!(p, Point::Loaded | Point::Counted))
                     .map(|&p| t[p as usize])
                     .collect();
                 assert!(
@@ -923,6 +933,10 @@ fn traced_calls_record_their_phases_in_order() {
                     passed.windows(2).all(|w| w[0] <= w[1]),
                     "out of order: {t:?}"
                 );
+                // Only the V forms read counts.
+                for p in [Point::Loaded, Point::Counted] {
+                    assert_eq!(t[p as usize] != 0, v, "{kind:?} {bytes} B {p:?}: {t:?}");
+                }
                 for p in [Point::Sent, Point::Received] {
                     assert_eq!(
                         t[p as usize] != 0,
@@ -933,7 +947,7 @@ fn traced_calls_record_their_phases_in_order() {
             }
             let before: Vec<_> = (0..world).map(|r| read(&comm, r)).collect();
             launch.plan.trace = 0;
-            comm.run(&launch, &src, &dst, None).unwrap();
+            comm.run(&launch, &src, &dst, counts.as_deref()).unwrap();
             let after: Vec<_> = (0..world).map(|r| read(&comm, r)).collect();
             assert_eq!(before, after, "an untraced call wrote the trace");
         }

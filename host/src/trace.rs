@@ -6,10 +6,12 @@
 //!
 //! ```
 //! use purlin::trace::{CallTrace, Point};
-//! // Entry, Checked, Begun, Announced, Sent, Received, Moved, Digests, End.
-//! let t = CallTrace::from_times([1_000, 1_200, 1_400, 1_500, 0, 0, 2_000, 2_600, 2_700]);
+//! // Entry, Loaded, Counted, Checked, Begun, Announced, Sent, Received, Moved, Digests, End
+//! // (a fixed-size call: no V counts loaded nor counted).
+//! let t = CallTrace::from_times([1_000, 0, 0, 1_200, 1_400, 1_500, 0, 0, 2_000, 2_600, 2_700]);
 //! assert_eq!(t.since_entry_us(Point::Digests), Some(1.6));
 //! assert_eq!(t.since_entry_us(Point::Sent), None); // not passed
+//! assert_eq!(t.since_entry_us(Point::Counted), None);
 //! assert_eq!(t.at(Point::End), Some(2_700));
 //! ```
 

@@ -454,6 +454,8 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             i += threads.max(1) as usize;
         }
         crate::arch::sync_block();
+        let traced = args.plan.trace != 0;
+        trace::mark(ctx, traced, args.block, trace::Point::Loaded);
         if tid == 0 {
             // Sums of the two halves, and the hash of every count, in registers: no array is
             // indexed here (one would live in local memory, see `digest::Fnv`).
@@ -552,6 +554,7 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             unsafe { status.write_volatile(word) };
         }
         crate::arch::sync_block();
+        trace::mark(ctx, traced, args.block, trace::Point::Counted);
         // SAFETY: written by thread 0 before the barrier; rewritten only by the next call.
         let word = match unsafe { status.read_volatile() } {
             u64::MAX => return None,

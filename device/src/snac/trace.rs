@@ -3,7 +3,8 @@
 //! as the call passes each [`Point`], into the words at
 //! [`LocalState::TRACE`](crate::context::LocalState::TRACE). Each traced call overwrites the
 //! last one's; a point the call does not pass (the throughput regime has no
-//! [`Point::Sent`] nor [`Point::Received`]) reads 0. The host reads them with
+//! [`Point::Sent`] nor [`Point::Received`], the fixed-size forms no [`Point::Loaded`] nor
+//! [`Point::Counted`]) reads 0. The host reads them with
 //! `purlin::Context::last_call_trace`.
 //!
 //! ```
@@ -22,24 +23,29 @@ wire_enum! {
         /// The collective's start: its arguments checked from the launch's parameters and the
         /// work before it on its stream finished (a launch that started early waited for it).
         Entry = 0,
+        /// The V forms only: the caller's counts loaded into the block's shared memory (one
+        /// load each, a barrier).
+        Loaded = 1,
+        /// The V forms only: the counts validated, summed and hashed (a barrier).
+        Counted = 2,
         /// The call named in its digest (the V counts read and validated): about to begin.
-        Checked = 1,
+        Checked = 3,
         /// The call began: the block's epoch read and shared (a barrier).
-        Begun = 2,
+        Begun = 4,
         /// The arrival packets (the call digest) posted to every peer.
-        Announced = 3,
+        Announced = 5,
         /// This rank's data sent (latency regime: every packet stored); in a one pass over the
         /// peers' buffers, the entry meeting over (every peer here, the addresses collected).
-        Sent = 4,
+        Sent = 6,
         /// The peers' packets for this thread's units here and stored (latency regime); in a
         /// one pass, block 0's moves done, before the exit meeting.
-        Received = 5,
+        Received = 7,
         /// The data part of the call done (every awaited packet or chunk here and used).
-        Moved = 6,
+        Moved = 8,
         /// Every peer's digest checked (block 0's last wait).
-        Digests = 7,
+        Digests = 9,
         /// The epoch advanced: the call's end.
-        End = 8,
+        End = 10,
     }
 }
 
