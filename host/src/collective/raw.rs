@@ -170,7 +170,7 @@ fn peers_reach(
     options: &Options,
 ) -> PeersReach {
     let ordinary = args.src_peers.is_null() && args.dst_peers.is_null();
-    let pays = options.direct || direct_pays(kind, moved);
+    let pays = options.direct || direct_pays(kind, ctx.world(), moved);
     if ordinary && !options.staged && pays && ctx.shares_address_space() {
         PeersReach::Reachable
     } else {
@@ -179,15 +179,19 @@ fn peers_reach(
 }
 
 /// Whether a fixed-size call moving `moved` bytes per rank (its larger buffer: nccl-tests'
-/// size) runs faster in one pass over the peers' buffers than staged: from 8 MiB for
-/// AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass first won on an H100
-/// with 8 ranks (one graph for every rank's calls; below, the pass's entry exchange and exit
-/// meeting cost up to 9 µs more than staging), and from 1 MiB for AllReduce (its pass beat
-/// staging from 128 KiB at 4 and 8 ranks and from 1 MiB at 2; where it also beats the
-/// two-shot packets, [`all_reduce_pass_from`], it replaces them): `benches/RESULTS.md`. The
-/// V forms (`moved` unknown: their counts are on the device and each rank's bound is its own)
-/// always take the pass.
-fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
+/// size) on `world` ranks runs faster in one pass over the peers' buffers than staged: from 8
+/// MiB for AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass first won on an
+/// H100 with 8 ranks (one graph for every rank's calls; below, the pass's entry exchange and
+/// exit meeting cost up to 9 µs more than staging), ReduceScatter from 1 MiB on 3 ranks or
+/// more (the pass beat staging at 1 MiB by 2.1-2.8 µs at 4 ranks and tied at 3, where a bench
+/// size of 2 MiB, whose parts round down to just under it, staged in 32.2 µs against the
+/// pass's 25.5; at 2 ranks the pass lost by 1.6-2.2 µs; at 8 a call of 1 MiB takes the
+/// packets), and from 1 MiB for AllReduce (its pass beat staging from 128 KiB
+/// at 4 and 8 ranks and from 1 MiB at 2; where it also beats the two-shot packets,
+/// [`all_reduce_pass_from`], it replaces them): `benches/RESULTS.md`. The V forms (`moved`
+/// unknown: their counts are on the device and each rank's bound is its own) always take the
+/// pass.
+fn direct_pays(kind: CollectiveKind, world: u32, moved: Option<u64>) -> bool {
     const MIB: u64 = 1 << 20;
     let Some(moved) = moved else {
         return true;
@@ -195,6 +199,7 @@ fn direct_pays(kind: CollectiveKind, moved: Option<u64>) -> bool {
     let from = match kind {
         CollectiveKind::AllReduce => MIB,
         CollectiveKind::AllGather => 8 * MIB,
+        CollectiveKind::ReduceScatter if world >= 3 => MIB,
         _ => 2 * MIB,
     };
     moved >= from
@@ -352,6 +357,28 @@ mod tests {
             peers_reach: reach,
             ..SnacArgs::new(core::ptr::null_mut(), core::ptr::null(), 0, 1)
         }
+    }
+
+    #[test]
+    fn the_pass_pays_from_the_sizes_measured_per_collective_and_world() {
+        use CollectiveKind::*;
+        for (kind, world, from) in [
+            (AllReduce, 8, MIB),
+            (AllReduce, 2, MIB),
+            (AllGather, 8, 8 * MIB),
+            (AllGather, 2, 8 * MIB),
+            (ReduceScatter, 8, MIB),
+            (ReduceScatter, 4, MIB),
+            (ReduceScatter, 3, MIB),
+            (ReduceScatter, 2, 2 * MIB),
+            (AllToAll, 8, 2 * MIB),
+            (AllToAll, 4, 2 * MIB),
+        ] {
+            assert!(direct_pays(kind, world, Some(from)), "{kind:?} w{world}");
+            assert!(!direct_pays(kind, world, Some(from - 16)), "{kind:?} w{world}");
+        }
+        // The V forms: the device decides.
+        assert!(direct_pays(AllGatherV, 8, None));
     }
 
     #[test]
