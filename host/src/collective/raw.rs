@@ -375,7 +375,10 @@ mod tests {
             (AllToAll, 4, 2 * MIB),
         ] {
             assert!(direct_pays(kind, world, Some(from)), "{kind:?} w{world}");
-            assert!(!direct_pays(kind, world, Some(from - 16)), "{kind:?} w{world}");
+            assert!(
+                !direct_pays(kind, world, Some(from - 16)),
+                "{kind:?} w{world}"
+            );
         }
         // The V forms: the device decides.
         assert!(direct_pays(AllGatherV, 8, None));
