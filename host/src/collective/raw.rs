@@ -179,18 +179,20 @@ fn peers_reach(
 }
 
 /// Whether a fixed-size call moving `moved` bytes per rank (its larger buffer: nccl-tests'
-/// size) on `world` ranks runs faster in one pass over the peers' buffers than staged: from 8
-/// MiB for AllGather, 2 MiB for ReduceScatter and AllToAll, where the one pass first won on an
-/// H100 with 8 ranks (one graph for every rank's calls; below, the pass's entry exchange and
-/// exit meeting cost up to 9 µs more than staging), ReduceScatter from 1 MiB on 3 ranks or
-/// more (the pass beat staging at 1 MiB by 2.1-2.8 µs at 4 ranks and tied at 3, where a bench
-/// size of 2 MiB, whose parts round down to just under it, staged in 32.2 µs against the
-/// pass's 25.5; at 2 ranks the pass lost by 1.6-2.2 µs; at 8 a call of 1 MiB takes the
-/// packets), and from 1 MiB for AllReduce (its pass beat staging from 128 KiB
-/// at 4 and 8 ranks and from 1 MiB at 2; where it also beats the two-shot packets,
-/// [`all_reduce_pass_from`], it replaces them): `benches/RESULTS.md`. The V forms (`moved`
-/// unknown: their counts are on the device and each rank's bound is its own) always take the
-/// pass.
+/// size) on `world` ranks runs faster in one pass over the peers' buffers than staged, from
+/// where the pass first won on an H100 (one graph for every rank's calls; below, the pass's
+/// entry exchange and exit meeting cost up to 9 µs more than staging; `benches/RESULTS.md`):
+/// - AllGather from 8 MiB, AllToAll from 2 MiB (at 8 ranks);
+/// - ReduceScatter from 1 MiB on 3 ranks or more, 2 MiB on 2 (at 1 MiB the pass beat staging
+///   by 2.1-2.8 µs at 4 ranks, tied at 3 and lost by 1.6-2.2 at 2; at 3 ranks a bench size of
+///   2 MiB, whose parts round down to just under it, staged in 32.2 µs against the pass's
+///   25.5; at 8 ranks a call of 1 MiB runs the packets);
+/// - AllReduce from 1 MiB (its pass beat staging from 128 KiB at 4 and 8 ranks and from 1 MiB
+///   at 2; where it also beats the two-shot packets, [`all_reduce_pass_from`], it replaces
+///   them).
+///
+/// The V forms (`moved` unknown: their counts are on the device and each rank's bound is its
+/// own) always take the pass.
 fn direct_pays(kind: CollectiveKind, world: u32, moved: Option<u64>) -> bool {
     const MIB: u64 = 1 << 20;
     let Some(moved) = moved else {
