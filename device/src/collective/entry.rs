@@ -163,6 +163,18 @@ impl Tally {
     }
 }
 
+/// The sum of `counts[range]` (wrapped past 64 bits): where the part after them starts.
+///
+/// # Safety
+/// `counts` valid for `range.end` values.
+#[inline(always)]
+unsafe fn sum_of(counts: *const u64, range: core::ops::Range<usize>) -> u64 {
+    // SAFETY: the caller's contract.
+    range.fold(0, |sum, j| {
+        sum.wrapping_add(unsafe { counts.add(j).read() })
+    })
+}
+
 /// What [`Checked::validated_counts`] refuses among `n` counts (`w` per half), and why: the
 /// first count in index order above `max_count`, or whose half's running sum passes 64 bits.
 /// Run only when [`Tally`] found one.
@@ -531,13 +543,9 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         let mut i = tid as usize;
         while i < n {
             let half_start = if i < w { 0 } else { w };
-            let mut start = 0u64;
-            for j in half_start..i {
-                // SAFETY: inside the scratch, written before the barrier above.
-                start = start.wrapping_add(unsafe { counts.add(j).read() });
-            }
-            // SAFETY: inside the scratch (`2 × MAX_RANKS` starts).
-            unsafe { starts.add(i).write(start) };
+            // SAFETY: inside the scratch, written before the barrier above; `2 × MAX_RANKS`
+            // starts.
+            unsafe { starts.add(i).write(sum_of(counts, half_start..i)) };
             i += threads.max(1) as usize;
         }
         if tid == 0 {
@@ -569,10 +577,8 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
             );
             // The sum of the first half's counts before this rank's (its start, which thread
             // `rank` writes: not read here before the barrier).
-            let before = (0..rank).fold(0u64, |sum, j| {
-                // SAFETY: inside the scratch, written before the barrier above.
-                sum.wrapping_add(unsafe { counts.add(j).read() })
-            });
+            // SAFETY: inside the scratch, written before the barrier above.
+            let before = unsafe { sum_of(counts, 0..rank) };
             // No peer compares what this rank sends itself with what it receives from itself;
             // the copy between the two would write the first into room for the second.
             if refusal.is_none() && s.per_pair() {
