@@ -198,6 +198,25 @@ pub struct Builder {
     watch: Vec<PathBuf>,
 }
 
+/// The inner build's target directory for `arch` under `target_dir`, one per kernel crate
+/// (its directory's FNV-1a hash in the name). Two checkouts sharing one outer target directory
+/// (git worktrees under one `CARGO_TARGET_DIR`) each get their own: with one directory the
+/// second checkout's cargo found its unit fresh and left the first checkout's PTX at the
+/// shared output path, which the second then embedded.
+fn arch_target_dir(target_dir: &Path, crate_dir: &Path, arch: Arch) -> PathBuf {
+    let crate_dir = crate_dir
+        .canonicalize()
+        .unwrap_or_else(|_| crate_dir.to_path_buf());
+    let hash = crate_dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+    target_dir.join(format!("{}-{hash:016x}", arch.name()))
+}
+
 #[derive(serde::Deserialize)]
 struct Manifest {
     package: Option<Package>,
@@ -335,7 +354,7 @@ impl Builder {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let mut built = Vec::new();
         for &arch in &self.archs {
-            let arch_dir = target_dir.join(arch.name());
+            let arch_dir = arch_target_dir(&target_dir, &self.crate_dir, arch);
             let mut flags = format!("-Ctarget-cpu={}", arch.name());
             if let Some(f) = arch.ptx_feature() {
                 flags.push_str(" -Ctarget-feature=");
@@ -388,5 +407,24 @@ impl Builder {
             built.push(BuiltPtx { arch, path: dest });
         }
         Ok(built)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kernel_crate_gets_its_own_inner_target_dir() {
+        let target = Path::new("/tmp/target/purlin-ptx");
+        let (a, b) = (Path::new("/src/one/device"), Path::new("/src/two/device"));
+        let dir = |c: &Path, arch| arch_target_dir(target, c, arch);
+        assert_eq!(dir(a, Arch::Sm90), dir(a, Arch::Sm90));
+        assert_ne!(dir(a, Arch::Sm90), dir(b, Arch::Sm90));
+        assert_ne!(dir(a, Arch::Sm80), dir(a, Arch::Sm90));
+        assert!(dir(a, Arch::Sm90).starts_with(target));
+        let name = dir(a, Arch::Sm90);
+        let name = name.file_name().unwrap().to_string_lossy();
+        assert!(name.starts_with("sm_90-"), "{name}");
     }
 }
