@@ -198,16 +198,15 @@ pub struct Builder {
     watch: Vec<PathBuf>,
 }
 
-/// The inner build's target directory for `arch` under `target_dir`, one per kernel crate
-/// (its directory's FNV-1a hash in the name). Two checkouts sharing one outer target directory
-/// (git worktrees under one `CARGO_TARGET_DIR`) each get their own: with one directory the
-/// second checkout's cargo found its unit fresh and left the first checkout's PTX at the
-/// shared output path, which the second then embedded.
+/// The inner build's target directory for `arch` under `target_dir`, one per cargo workspace
+/// of kernel crates (its root's FNV-1a hash in the name; the crates of one workspace share it,
+/// and with it one build of `core` per architecture). Two checkouts sharing one outer target
+/// directory (git worktrees under one `CARGO_TARGET_DIR`) each get their own: with one
+/// directory the second checkout's cargo found its unit fresh and left the first checkout's
+/// PTX at the shared output path, which the second then embedded.
 fn arch_target_dir(target_dir: &Path, crate_dir: &Path, arch: Arch) -> PathBuf {
-    let crate_dir = crate_dir
-        .canonicalize()
-        .unwrap_or_else(|_| crate_dir.to_path_buf());
-    let hash = crate_dir
+    let root = workspace_root(crate_dir);
+    let hash = root
         .as_os_str()
         .as_encoded_bytes()
         .iter()
@@ -215,6 +214,26 @@ fn arch_target_dir(target_dir: &Path, crate_dir: &Path, arch: Arch) -> PathBuf {
             (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
         });
     target_dir.join(format!("{}-{hash:016x}", arch.name()))
+}
+
+/// The root of the cargo workspace `crate_dir` builds in, as cargo finds it: the nearest
+/// directory at or above it whose `Cargo.toml` has a `[workspace]` table (else `crate_dir`),
+/// canonical where it exists.
+fn workspace_root(crate_dir: &Path) -> PathBuf {
+    let crate_dir = crate_dir
+        .canonicalize()
+        .unwrap_or_else(|_| crate_dir.to_path_buf());
+    let declares_workspace = |dir: &Path| {
+        std::fs::read_to_string(dir.join("Cargo.toml"))
+            .ok()
+            .and_then(|text| toml::from_str::<toml::Table>(&text).ok())
+            .is_some_and(|manifest| manifest.contains_key("workspace"))
+    };
+    crate_dir
+        .ancestors()
+        .find(|dir| declares_workspace(dir))
+        .unwrap_or(&crate_dir)
+        .to_path_buf()
 }
 
 #[derive(serde::Deserialize)]
@@ -415,10 +434,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_kernel_crate_gets_its_own_inner_target_dir() {
+    fn each_checkout_gets_its_own_inner_target_dir_and_a_workspace_shares_one() {
         let target = Path::new("/tmp/target/purlin-ptx");
-        let (a, b) = (Path::new("/src/one/device"), Path::new("/src/two/device"));
         let dir = |c: &Path, arch| arch_target_dir(target, c, arch);
+        // Crates outside any workspace: one directory each.
+        let (a, b) = (Path::new("/src/one/device"), Path::new("/src/two/device"));
         assert_eq!(dir(a, Arch::Sm90), dir(a, Arch::Sm90));
         assert_ne!(dir(a, Arch::Sm90), dir(b, Arch::Sm90));
         assert_ne!(dir(a, Arch::Sm80), dir(a, Arch::Sm90));
@@ -426,5 +446,29 @@ mod tests {
         let name = dir(a, Arch::Sm90);
         let name = name.file_name().unwrap().to_string_lossy();
         assert!(name.starts_with("sm_90-"), "{name}");
+        // This repository's two kernel crates share its workspace's directory, which a copy of
+        // the workspace elsewhere does not.
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let kernels = repo.join("device/kernels");
+        let atoms = repo.join("device/atom-kernels");
+        assert_eq!(workspace_root(&kernels), repo.canonicalize().unwrap());
+        assert_eq!(dir(&kernels, Arch::Sm90), dir(&atoms, Arch::Sm90));
+        let copy = std::env::temp_dir().join(format!("purlin-builder-test-{}", std::process::id()));
+        for krate in ["device/kernels", "device/atom-kernels"] {
+            std::fs::create_dir_all(copy.join(krate)).unwrap();
+            std::fs::copy(
+                repo.join(krate).join("Cargo.toml"),
+                copy.join(krate).join("Cargo.toml"),
+            )
+            .unwrap();
+        }
+        std::fs::copy(repo.join("Cargo.toml"), copy.join("Cargo.toml")).unwrap();
+        let copied = copy.join("device/kernels");
+        assert_eq!(
+            dir(&copied, Arch::Sm90),
+            dir(&copy.join("device/atom-kernels"), Arch::Sm90)
+        );
+        assert_ne!(dir(&copied, Arch::Sm90), dir(&kernels, Arch::Sm90));
+        std::fs::remove_dir_all(&copy).unwrap();
     }
 }
