@@ -199,20 +199,15 @@ pub struct Builder {
 }
 
 /// The inner build's target directory for `arch` under `target_dir`, one per cargo workspace
-/// of kernel crates (its root's FNV-1a hash in the name; the crates of one workspace share it,
+/// of kernel crates (a hash of its root's path in the name; the crates of one workspace share it,
 /// and with it one build of `core` per architecture). Two checkouts sharing one outer target
 /// directory (git worktrees under one `CARGO_TARGET_DIR`) each get their own: with one
 /// directory the second checkout's cargo found its unit fresh and left the first checkout's
 /// PTX at the shared output path, which the second then embedded.
 fn arch_target_dir(target_dir: &Path, crate_dir: &Path, arch: Arch) -> PathBuf {
-    let root = workspace_root(crate_dir);
-    let hash = root
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        });
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    // A name only has to stay the same from one build to the next with this builder.
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(workspace_root(crate_dir));
     target_dir.join(format!("{}-{hash:016x}", arch.name()))
 }
 
