@@ -124,60 +124,9 @@ pub(super) fn check<'a, A: Atom, C: Config, const K: u32>(
     })
 }
 
-/// One half of a V call's counts, folded: their sum (wrapped past 64 bits), the hash of every
-/// count so far, and whether a count is above the bound or the sum wrapped.
-struct Tally {
-    sum: u64,
-    hashed: digest::Fnv,
-    out_of_bounds: bool,
-}
-
-impl Tally {
-    /// Folds `counts[range]` into `hashed`, checking each against `max_count`: loads only, no
-    /// store nor branch between them, so they are in flight together (thread 0 comparing,
-    /// storing and branching count by count took 1.4 µs for 8 counts on an H100).
-    ///
-    /// # Safety
-    /// `counts` valid for `range.end` values.
-    #[inline(always)]
-    unsafe fn of(
-        counts: *const u64,
-        range: core::ops::Range<usize>,
-        mut hashed: digest::Fnv,
-        max_count: u64,
-    ) -> Self {
-        let (mut sum, mut out_of_bounds) = (0u64, false);
-        for i in range {
-            // SAFETY: the caller's contract.
-            let c = unsafe { counts.add(i).read() };
-            hashed = hashed.push(c);
-            let (next, wrapped) = sum.overflowing_add(c);
-            sum = next;
-            out_of_bounds |= wrapped | (c > max_count);
-        }
-        Self {
-            sum,
-            hashed,
-            out_of_bounds,
-        }
-    }
-}
-
-/// The sum of `counts[range]` (wrapped past 64 bits): where the part after them starts.
-///
-/// # Safety
-/// `counts` valid for `range.end` values.
-#[inline(always)]
-unsafe fn sum_of(counts: *const u64, range: core::ops::Range<usize>) -> u64 {
-    // SAFETY: the caller's contract.
-    range.fold(0, |sum, j| {
-        sum.wrapping_add(unsafe { counts.add(j).read() })
-    })
-}
-
 /// What [`Checked::validated_counts`] refuses among `n` counts (`w` per half), and why: the
 /// first count in index order above `max_count`, or whose half's running sum passes 64 bits.
-/// Run only when [`Tally`] found one.
+/// Run only when a thread found one.
 ///
 /// # Safety
 /// `counts` valid for `n` values.
@@ -494,12 +443,13 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
     }
 
     /// The V counts of this call, read once from `args.counts` into the block's scratch and
-    /// checked there (thread 0): every count at most `args.max_count`, no sum or byte size past
-    /// 64 bits, and this rank's buffers large enough for what the counts describe. Records the
-    /// refusal and returns `None` otherwise; else the validated counts and their parts' starts
-    /// (`n` values each in shared memory, which the layouts then read: a count rewritten during
-    /// the call cannot bypass the check) and the digest's counts packet; notes what the call
-    /// moves, which decides its one pass (`SnacArgs::direct_min_bytes`). Every thread calls.
+    /// checked there: every count at most `args.max_count`, no sum or byte size past 64 bits,
+    /// and this rank's buffers large enough for what the counts describe. Records the refusal
+    /// (thread 0) and returns `None` otherwise; else the validated counts and their parts'
+    /// starts (`n` values each in shared memory, which the layouts then read: a count
+    /// rewritten during the call cannot bypass the check) and the digest's counts packet;
+    /// notes what the call moves, which decides its one pass (`SnacArgs::direct_min_bytes`).
+    /// Every thread calls, and every thread reaches the same verdict from the shared copy.
     ///
     /// # Safety
     /// `args.counts` valid for `n = counts_per_rank × world` values; the scratch as
@@ -510,19 +460,20 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         let w = ctx.world as usize;
         let halves = s.counts_per_rank as usize;
         let n = halves * w;
-        // SAFETY: the scratch holds SNAC_SMEM_BYTES (2 × MAX_RANKS counts and starts, the
-        // status words).
-        let (counts, starts, status) = unsafe {
+        // SAFETY: the scratch holds SNAC_SMEM_BYTES (2 × MAX_RANKS counts and starts, and as
+        // many address words, free until the call begins: the digest shares).
+        let (counts, starts, shares) = unsafe {
             let scratch = self.scratch::<A>();
             (
                 scratch.add(SCRATCH_COUNTS) as *mut u64,
                 scratch.add(crate::snac::SCRATCH_STARTS) as *mut u64,
-                scratch.add(crate::snac::SCRATCH_STATUS) as *mut u64,
+                scratch.add(SCRATCH_ADDRESSES) as *mut u64,
             )
         };
         // Every count read once, by one thread each: all the loads in flight at once (thread 0
         // reading them in turn waited one round trip per count: 9 µs for AllToAllV at 8 ranks).
         let (tid, threads) = (crate::arch::thread_index(), crate::arch::block_threads());
+        let step = threads.max(1) as usize;
         let mut i = tid as usize;
         while i < n {
             // SAFETY: the caller guarantees `n` counts; volatile, since a graph replay may
@@ -532,69 +483,66 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
                     .add(i)
                     .write_volatile(args.counts.add(i).read_volatile())
             };
-            i += threads.max(1) as usize;
+            i += step;
         }
         crate::arch::sync_block();
         let traced = args.plan.trace != 0;
         trace::mark(ctx, traced, args.block, trace::Point::Loaded);
-        // Every part's start at once, one thread each (a prefix sum of at most `MAX_RANKS`
-        // counts from the shared copy); a wrapped start is never read, since the overflow
-        // refuses the call (thread 0 finds it below).
+        // Each count at once, one thread each (rather than one thread in turn, which every
+        // other thread then waited for: 1.4-1.7 µs of an 8-rank V call on an H100): its part's
+        // start (the sum of the counts before it in its half, from the shared copy), whether
+        // it or that running sum is out of bounds, and its share of the digest.
+        let max_count = args.max_count;
+        let mut out_of_bounds = false;
         let mut i = tid as usize;
         while i < n {
             let half_start = if i < w { 0 } else { w };
-            // SAFETY: inside the scratch, written before the barrier above; `2 × MAX_RANKS`
-            // starts.
-            unsafe { starts.add(i).write(sum_of(counts, half_start..i)) };
-            i += threads.max(1) as usize;
-        }
-        if tid == 0 {
-            // The hash of every count, the two halves' sums and whether any count or sum is
-            // out of bounds (`Tally`); which count is refused, and why, only when one is.
-            let max_count = args.max_count;
-            // SAFETY (both): `n` counts in the scratch, written before the barrier above.
-            let first = unsafe { Tally::of(counts, 0..w, digest::Fnv::new(), max_count) };
-            let last = unsafe { Tally::of(counts, w..n, first.hashed, max_count) };
-            let (sum_first, sum_last, hashed) = (first.sum, last.sum, last.hashed);
-            let out_of_bounds = first.out_of_bounds || last.out_of_bounds;
-            let mut refusal: Option<(Refusal, u32, u64, u64)> = None;
-            if out_of_bounds {
-                // SAFETY: `n` counts in the scratch, written before the barrier above.
-                refusal = unsafe { first_refusal(counts, n, w, max_count) };
-            }
-            // What `src` and `dst` hold, from the first half of the counts and the last.
-            let rank = ctx.rank as usize;
-            let (src_half, dst_half) = (0, halves - 1);
-            let held = |extent: Extent, half: usize| match extent {
+            let (mut start, mut wrapped) = (0u64, false);
+            for j in half_start..i {
                 // SAFETY: inside the scratch, written before the barrier above.
-                Extent::Own => unsafe { counts.add(half * w + rank).read_volatile() },
-                Extent::All if half == 0 => sum_first,
-                Extent::All => sum_last,
+                let (next, carry) = start.overflowing_add(unsafe { counts.add(j).read() });
+                (start, wrapped) = (next, wrapped | carry);
+            }
+            // SAFETY: inside the scratch, written before the barrier above.
+            let c = unsafe { counts.add(i).read() };
+            out_of_bounds |= wrapped | start.overflowing_add(c).1 | (c > max_count);
+            // SAFETY (both): inside the scratch (`2 × MAX_RANKS` of each).
+            unsafe {
+                starts.add(i).write(start);
+                shares.add(i).write(digest::count_share(i, c));
+            }
+            i += step;
+        }
+        let out_of_bounds = crate::arch::sync_block_or(out_of_bounds);
+        // SAFETY (every read below): inside the scratch, written before the barrier above and
+        // unchanged until the call ends.
+        let count = |i: usize| unsafe { counts.add(i).read() };
+        let start = |i: usize| unsafe { starts.add(i).read() };
+        let refusal = if out_of_bounds {
+            // Which count, and why, only when one is refused (thread 0 records it).
+            // SAFETY: `n` counts in the scratch.
+            (tid == 0)
+                .then(|| unsafe { first_refusal(counts, n, w, max_count) })
+                .flatten()
+                .or(Some((Refusal::SizeOverflow, 0, u64::MAX, u64::MAX)))
+        } else {
+            // What `src` and `dst` hold, from the first half of the counts and the last (no
+            // sum wraps: checked above).
+            let rank = ctx.rank as usize;
+            let held = |extent: Extent, half: usize| match extent {
+                Extent::Own => count(half * w + rank),
+                Extent::All => start(half * w + w - 1) + count(half * w + w - 1),
             };
             let (src, dst) = (
-                held(s.src, src_half).checked_mul(elem),
-                held(s.dst, dst_half).checked_mul(elem),
+                held(s.src, 0).checked_mul(elem),
+                held(s.dst, halves - 1).checked_mul(elem),
             );
-            // The sum of the first half's counts before this rank's (its start, which thread
-            // `rank` writes: not read here before the barrier).
-            // SAFETY: inside the scratch, written before the barrier above.
-            let before = unsafe { sum_of(counts, 0..rank) };
             // No peer compares what this rank sends itself with what it receives from itself;
             // the copy between the two would write the first into room for the second.
-            if refusal.is_none() && s.per_pair() {
-                // SAFETY: inside the scratch (`2 × world` counts), written before the barrier.
-                let (sent, received) = unsafe {
-                    (
-                        counts.add(rank).read_volatile(),
-                        counts.add(w + rank).read_volatile(),
-                    )
-                };
-                if sent != received {
-                    refusal = Some((Refusal::SelfCounts, ctx.rank, received, sent));
-                }
-            }
-            if refusal.is_none() {
-                refusal = match (src, dst) {
+            if s.per_pair() && count(rank) != count(w + rank) {
+                Some((Refusal::SelfCounts, ctx.rank, count(w + rank), count(rank)))
+            } else {
+                match (src, dst) {
                     (None, _) | (_, None) => Some((Refusal::SizeOverflow, 0, u64::MAX, u64::MAX)),
                     (Some(b), _) if b > args.src_bytes => {
                         Some((Refusal::SourceTooSmall, ctx.rank, args.src_bytes, b))
@@ -608,34 +556,30 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
                             s.in_place,
                             sb,
                             db,
-                            before.saturating_mul(elem),
+                            start(rank).saturating_mul(elem),
                         ) =>
                     {
                         Some((Refusal::Overlap, ctx.rank, 0, 0))
                     }
                     _ => None,
-                };
-            }
-            let word = match refusal {
-                Some((why, index, bound, value)) => {
-                    if ctx.state != 0 {
-                        let _ = self.detached().refuse(why, index, bound, value);
-                    }
-                    u64::MAX
                 }
-                None if s.per_pair() => digest::PER_PAIR - 1,
-                None => hashed.finish() as u64,
-            };
-            // SAFETY: inside the scratch.
-            unsafe { status.write_volatile(word) };
-        }
-        crate::arch::sync_block();
+            }
+        };
         trace::mark(ctx, traced, args.block, trace::Point::Counted);
-        // SAFETY: written by thread 0 before the barrier; rewritten only by the next call.
-        let word = match unsafe { status.read_volatile() } {
-            u64::MAX => return None,
-            w if w == digest::PER_PAIR - 1 => digest::PER_PAIR,
-            w => w,
+        if let Some((why, index, bound, value)) = refusal {
+            if tid == 0 && ctx.state != 0 {
+                let _ = self.detached().refuse(why, index, bound, value);
+            }
+            return None;
+        }
+        let word = if s.per_pair() {
+            digest::PER_PAIR
+        } else {
+            // SAFETY: `n` shares, written before the barrier above (independent loads, summed
+            // in any order).
+            digest::counts_packet((0..n).fold(0, |sum, i| {
+                sum.wrapping_add(unsafe { shares.add(i).read() })
+            }))
         };
         // What decides the call's one pass (`SnacArgs::direct_min_bytes`), the same on every
         // rank: AllGatherV's and ReduceScatterV's bytes of every count (every rank's counts,
@@ -644,10 +588,7 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         self.moved = if s.per_pair() {
             args.max_count.saturating_mul(elem).saturating_mul(w as u64)
         } else {
-            // SAFETY: written by thread 0 before the barrier (`w >= 1` counts and starts);
-            // their sum and its bytes passed the overflow checks.
-            unsafe { starts.add(w - 1).read_volatile() + counts.add(w - 1).read_volatile() }
-                .saturating_mul(elem)
+            (start(w - 1) + count(w - 1)).saturating_mul(elem)
         };
         Some(Counts {
             counts,

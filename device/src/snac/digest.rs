@@ -79,30 +79,57 @@ pub(crate) const fn hash(words: &[u64]) -> u32 {
     h.finish()
 }
 
-/// [`hash`] one word at a time, for words that are not in one slice (a slice built only to be
-/// hashed lives in local memory on the GPU: zeroing the V counts' 256-byte array took thread 0
-/// 256 byte stores before every V call).
+/// FNV-1a, one word at a time (what [`hash`] folds).
 #[derive(Clone, Copy)]
-pub(crate) struct Fnv(u64);
+struct Fnv(u64);
 
 impl Fnv {
     /// The hash of no words yet.
     #[inline(always)]
-    pub(crate) const fn new() -> Self {
+    const fn new() -> Self {
         Self(0xcbf2_9ce4_8422_2325)
     }
 
     /// The hash with `word` appended.
     #[inline(always)]
-    pub(crate) const fn push(self, word: u64) -> Self {
+    const fn push(self, word: u64) -> Self {
         Self((self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3))
     }
 
     /// The words so far, folded to 32 bits.
     #[inline(always)]
-    pub(crate) const fn finish(self) -> u32 {
+    const fn finish(self) -> u32 {
         (self.0 ^ (self.0 >> 32)) as u32
     }
+}
+
+/// V count `index`'s share of the `counts` packet: the count and its index mixed (splitmix64's
+/// finaliser), so that the sum of every count's share, which a block's threads make at once
+/// and add up in any order, changes with any count and with their order. (Hashing the counts one after
+/// another left the block waiting for one thread's chain of multiplications.)
+///
+/// ```
+/// use purlin_device::snac::digest::{count_share, counts_packet};
+/// let of = |c: &[u64]| counts_packet(c.iter().enumerate().fold(0u64, |s, (i, &c)| {
+///     s.wrapping_add(count_share(i, c))
+/// }));
+/// assert_ne!(of(&[1, 2]), of(&[2, 1]));
+/// assert_ne!(of(&[0, 0]), of(&[0, 0, 0]));
+/// assert_eq!(of(&[3, 4]) >> 32, 0);
+/// ```
+#[inline(always)]
+pub const fn count_share(index: usize, count: u64) -> u64 {
+    let mut z = count.wrapping_add((index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The `counts` packet of counts whose [`count_share`]s sum (wrapping) to `sum`: folded to
+/// its low 32 bits, which leaves the high 32 to the buffers' identity.
+#[inline(always)]
+pub const fn counts_packet(sum: u64) -> u64 {
+    (sum ^ (sum >> 32)) as u32 as u64
 }
 
 /// The `plan` packet: the knobs that change chunking and regimes (not `threads`, which only

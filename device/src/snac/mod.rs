@@ -104,14 +104,12 @@ pub const SNAC_SMEM_BYTES: u32 =
 
 /// Where in SNAC's scratch the call digest lies (bytes).
 pub(crate) const SCRATCH_DIGEST: usize = 16;
-/// Where in SNAC's scratch the validation status of the V counts lies (bytes).
-pub(crate) const SCRATCH_STATUS: usize = 48;
 /// Where in SNAC's scratch the validated V counts lie (bytes).
 pub(crate) const SCRATCH_COUNTS: usize = 64;
 /// Where in SNAC's scratch the V parts' starts lie (bytes; the sums of the counts before each).
 pub(crate) const SCRATCH_STARTS: usize = SCRATCH_COUNTS + 2 * crate::context::MAX_RANKS * 8;
 /// Where in SNAC's scratch the ranks' exchanged buffer addresses lie (bytes): every rank's
-/// `src`, then every rank's `dst`.
+/// `src`, then every rank's `dst`. Before a V call begins, its counts' digest shares.
 pub(crate) const SCRATCH_ADDRESSES: usize = SCRATCH_STARTS + 2 * crate::context::MAX_RANKS * 8;
 
 /// Dynamic shared memory a collective kernel with Atom `A` needs per block: the Atom's
