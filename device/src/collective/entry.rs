@@ -489,7 +489,7 @@ impl<'a, C: Config, const K: u32> Checked<'a, C, K> {
         let traced = args.plan.trace != 0;
         trace::mark(ctx, traced, args.block, trace::Point::Loaded);
         // Each count at once, one thread each (thread 0 checking them all while every other
-        // thread waited took 1.1-1.5 µs of an 8-rank V call on an H100, RESULTS.md run 8): its
+        // thread waited took 1.0-1.4 µs of an 8-rank V call on an H100, RESULTS.md run 8): its
         // part's start (the sum of the counts before it in its half, from the shared copy),
         // whether it or that running sum is out of bounds, and its share of the digest.
         let max_count = args.max_count;
