@@ -70,43 +70,19 @@ pub const fn shape(
 /// FNV-1a over 64-bit words, folded to 32 bits.
 #[inline(always)]
 pub(crate) const fn hash(words: &[u64]) -> u32 {
-    let mut h = Fnv::new();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut i = 0;
     while i < words.len() {
-        h = h.push(words[i]);
+        h = (h ^ words[i]).wrapping_mul(0x0000_0100_0000_01b3);
         i += 1;
     }
-    h.finish()
-}
-
-/// FNV-1a, one word at a time (what [`hash`] folds).
-#[derive(Clone, Copy)]
-struct Fnv(u64);
-
-impl Fnv {
-    /// The hash of no words yet.
-    #[inline(always)]
-    const fn new() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-
-    /// The hash with `word` appended.
-    #[inline(always)]
-    const fn push(self, word: u64) -> Self {
-        Self((self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3))
-    }
-
-    /// The words so far, folded to 32 bits.
-    #[inline(always)]
-    const fn finish(self) -> u32 {
-        (self.0 ^ (self.0 >> 32)) as u32
-    }
+    (h ^ (h >> 32)) as u32
 }
 
 /// V count `index`'s share of the `counts` packet: the count and its index mixed (splitmix64's
 /// finaliser), so that the sum of every count's share, which a block's threads make at once
-/// and add up in any order, changes with any count and with their order. (Hashing the counts one after
-/// another left the block waiting for one thread's chain of multiplications.)
+/// and add up in any order, changes with any count and with their order. (Hashing the counts
+/// one after another left the block waiting for one thread's chain of multiplications.)
 ///
 /// ```
 /// use purlin_device::snac::digest::{count_share, counts_packet};
