@@ -570,3 +570,29 @@ fn lean_launches_run_the_latency_paths_and_refuse_the_others() {
         }
     }
 }
+
+/// Workspace sizes the machine cannot hold, or whose sum passes 64 bits, are an error from
+/// `build`, not an abort or a wrapped size (before this test: `2 × u64::MAX` overflowed, and a
+/// 2^40-byte staging half aborted the process when its allocation failed).
+#[test]
+fn workspaces_too_large_to_allocate_are_an_error() {
+    for (half, window) in [(u64::MAX, 2048), (4096, u64::MAX / 3), (1 << 62, 1 << 61)] {
+        let built = Communicator::builder(3)
+            .staging_half_bytes(half)
+            .latency_window_bytes(window)
+            .build();
+        assert!(
+            matches!(built, Err(EmulationError::Memory(_))),
+            "half {half}, window {window}: {built:?}"
+        );
+    }
+    // Past what any machine maps (2^50 bytes a rank), though the size itself fits.
+    let built = Communicator::builder(2).staging_half_bytes(1 << 49).build();
+    assert!(matches!(built, Err(EmulationError::Memory(_))), "{built:?}");
+    assert!(matches!(
+        Buffer::try_zeroed(usize::MAX - 8),
+        Err(EmulationError::Memory(_))
+    ));
+    // A rank outside the world has no fault to report.
+    assert_eq!(communicator(2).fault(2), None);
+}

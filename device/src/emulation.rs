@@ -32,7 +32,6 @@ use crate::op::{ReduceOp, ReduceOpKind, TypedVisitor, dispatch};
 use crate::snac::symmetric::{PeerAccess, PeersReach};
 use crate::snac::{Latency, Plan, Runtime, SnacArgs, smem_bytes};
 use core::fmt;
-use std::boxed::Box;
 use std::sync::RwLock;
 use std::time::Duration;
 use std::vec::Vec;
@@ -63,15 +62,39 @@ unsafe impl Sync for Buffer {}
 
 impl Buffer {
     /// `len` zero bytes.
+    ///
+    /// # Panics
+    /// When the memory cannot be allocated; [`try_zeroed`](Self::try_zeroed) returns an error
+    /// instead.
     pub fn zeroed(len: usize) -> Self {
+        match Self::try_zeroed(len) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `len` zero bytes, or [`EmulationError::Memory`] when they cannot be allocated.
+    ///
+    /// ```
+    /// use purlin_device::emulation::{Buffer, EmulationError};
+    /// assert_eq!(Buffer::try_zeroed(48).unwrap().len(), 48);
+    /// assert!(matches!(Buffer::try_zeroed(usize::MAX), Err(EmulationError::Memory(_))));
+    /// ```
+    pub fn try_zeroed(len: usize) -> Result<Self, EmulationError> {
         let words = len.div_ceil(16).max(1);
-        let storage: Box<[u128]> = std::vec![0u128; words].into_boxed_slice();
-        Self {
-            ptr: Box::into_raw(storage) as *mut u128,
+        let refused = EmulationError::Memory(len as u64);
+        let layout = std::alloc::Layout::array::<u128>(words).map_err(|_| refused.clone())?;
+        // SAFETY: the layout is not zero-sized (at least one word).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut u128;
+        if ptr.is_null() {
+            return Err(refused);
+        }
+        Ok(Self {
+            ptr,
             words,
             len,
             access: RwLock::new(()),
-        }
+        })
     }
 
     /// A copy of `values`.
@@ -190,8 +213,13 @@ impl<'a> Held<'a> {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from `Box::into_raw` of `words` u128s.
-        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(self.ptr, self.words)) });
+        // SAFETY: the pointer came from `alloc_zeroed` with this layout (valid then, so now).
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr as *mut u8,
+                std::alloc::Layout::array::<u128>(self.words).expect("allocated with it"),
+            )
+        };
     }
 }
 
@@ -215,6 +243,9 @@ pub enum EmulationError {
     Buffers,
     /// A launch asked for 0 or more than [`MAX_THREADS`] threads per block.
     Threads(u32),
+    /// A buffer of this many bytes (a rank's workspace, say) could not be allocated, or its
+    /// size passes 64 bits ([`u64::MAX`]).
+    Memory(u64),
     /// Queued calls faulted: `(index of the call the rank stopped at, its fault)` for each rank
     /// that recorded one, in rank order.
     QueuedFaults(Vec<(usize, Fault)>),
@@ -229,6 +260,7 @@ impl fmt::Display for EmulationError {
             Self::Blocks(b) => write!(f, "{b} blocks is not in 1..={}", crate::context::MAX_BLOCKS),
             Self::Buffers => write!(f, "every rank needs buffers that hold what the call moves"),
             Self::Threads(t) => write!(f, "{t} threads per block is not in 1..={MAX_THREADS}"),
+            Self::Memory(bytes) => write!(f, "cannot allocate a buffer of {bytes} bytes"),
             Self::QueuedFaults(faults) => {
                 write!(f, "{} rank(s) faulted", faults.len())?;
                 for (call, fault) in faults {
@@ -318,23 +350,41 @@ impl CommunicatorBuilder {
         self
     }
 
-    /// Allocates every rank's buffers.
+    /// Allocates every rank's buffers: [`EmulationError::World`] for a world outside
+    /// `1..=MAX_RANKS`, [`EmulationError::Memory`] when the buffers cannot be allocated.
+    ///
+    /// ```
+    /// use purlin_device::emulation::{Communicator, EmulationError};
+    /// let too_big = Communicator::builder(2).staging_half_bytes(u64::MAX).build();
+    /// assert!(matches!(too_big, Err(EmulationError::Memory(_))));
+    /// ```
     pub fn build(self) -> Result<Communicator, EmulationError> {
         if self.world == 0 || self.world as usize > MAX_RANKS {
             return Err(EmulationError::World(self.world));
         }
+        // The staging buffer's size, computed without wrapping (`WorkspaceLayout` assumes it
+        // fits): two halves and two latency windows per rank.
+        let staging = self
+            .staging_half_bytes
+            .checked_mul(2)
+            .zip(self.latency_window_bytes.checked_mul(2 * self.world as u64))
+            .and_then(|(halves, windows)| halves.checked_add(windows))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or(EmulationError::Memory(u64::MAX))?;
         let layout = WorkspaceLayout::new(
             self.world,
             self.staging_half_bytes,
             self.latency_window_bytes,
         );
         let ranks = (0..self.world)
-            .map(|_| RankMemory {
-                staging: Buffer::zeroed(layout.staging_bytes() as usize),
-                signals: Buffer::zeroed(layout.signal_bytes() as usize),
-                state: Buffer::zeroed(layout.state_bytes() as usize),
+            .map(|_| {
+                Ok(RankMemory {
+                    staging: Buffer::try_zeroed(staging)?,
+                    signals: Buffer::try_zeroed(layout.signal_bytes() as usize)?,
+                    state: Buffer::try_zeroed(layout.state_bytes() as usize)?,
+                })
             })
-            .collect();
+            .collect::<Result<_, EmulationError>>()?;
         Ok(Communicator {
             layout,
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
@@ -424,6 +474,9 @@ impl Communicator {
     }
 
     /// Rank `rank`'s context, as a kernel of that rank receives it.
+    ///
+    /// # Panics
+    /// When `rank` is not below [`world`](Self::world).
     pub fn context(&self, rank: u32) -> Context {
         let mut staging = [0u64; MAX_RANKS];
         let mut signals = [0u64; MAX_RANKS];
@@ -443,9 +496,11 @@ impl Communicator {
         }
     }
 
-    /// The fault recorded by `rank`, if any.
+    /// The fault recorded by `rank`, if any (`None` for a rank outside the world).
     pub fn fault(&self, rank: u32) -> Option<Fault> {
-        let record = self.ranks[rank as usize]
+        let record = self
+            .ranks
+            .get(rank as usize)?
             .state
             .bytes_at(LocalState::FAULT, LocalState::FAULT_BYTES);
         Fault::decode(record.as_slice().try_into().ok()?)
