@@ -72,10 +72,10 @@ wire_enum! {
         CountAboveMax = 5 => "a count above max_count",
         /// A sum or product of sizes does not fit 64 bits.
         SizeOverflow = 6 => "sizes that overflow 64 bits",
-        /// The input buffer is smaller than the counts describe.
-        SourceTooSmall = 7 => "an input buffer smaller than the counts describe",
-        /// The output buffer is smaller than the counts describe.
-        DestinationTooSmall = 8 => "an output buffer smaller than the counts describe",
+        /// The input buffer is smaller than the call reads (its size, or its V counts).
+        SourceTooSmall = 7 => "an input buffer smaller than the call reads",
+        /// The output buffer is smaller than the call writes (its size, or its V counts).
+        DestinationTooSmall = 8 => "an output buffer smaller than the call writes",
         /// Staging cannot hold one 16-byte unit per region.
         StagingTooSmall = 9 => "staging too small for the call",
         /// Input and output overlap other than the way the collective allows (AllReduce: the same
