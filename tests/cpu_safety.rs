@@ -586,8 +586,9 @@ fn workspaces_too_large_to_allocate_are_an_error() {
             "half {half}, window {window}: {built:?}"
         );
     }
-    // Past what any machine maps (2^50 bytes a rank), though the size itself fits.
-    let built = Communicator::builder(2).staging_half_bytes(1 << 49).build();
+    // Past what any machine maps (2^62 bytes a rank, beyond every 64-bit CPU's virtual address
+    // space), though the size itself fits.
+    let built = Communicator::builder(2).staging_half_bytes(1 << 61).build();
     assert!(matches!(built, Err(EmulationError::Memory(_))), "{built:?}");
     assert!(matches!(
         Buffer::try_zeroed(usize::MAX - 8),
