@@ -52,6 +52,24 @@ impl WorkspaceLayout {
         2 * self.staging_half_bytes + 2 * self.world as u64 * self.latency_window_bytes
     }
 
+    /// [`staging_bytes`](Self::staging_bytes), or `None` when it does not fit 64 bits.
+    ///
+    /// ```
+    /// use purlin_device::context::WorkspaceLayout;
+    /// let l = WorkspaceLayout::new(4, 4096, 2048);
+    /// assert_eq!(l.checked_staging_bytes(), Some(l.staging_bytes()));
+    /// assert_eq!(WorkspaceLayout::new(4, u64::MAX, 0).checked_staging_bytes(), None);
+    /// ```
+    pub const fn checked_staging_bytes(&self) -> Option<u64> {
+        let (Some(halves), Some(windows)) = (
+            self.staging_half_bytes.checked_mul(2),
+            self.latency_window_bytes.checked_mul(2 * self.world as u64),
+        ) else {
+            return None;
+        };
+        halves.checked_add(windows)
+    }
+
     /// Offset of latency half `half` (0 or 1) in the slab.
     pub const fn latency_offset(&self, half: u64) -> u64 {
         2 * self.staging_half_bytes + half * self.world as u64 * self.latency_window_bytes

@@ -362,20 +362,15 @@ impl CommunicatorBuilder {
         if self.world == 0 || self.world as usize > MAX_RANKS {
             return Err(EmulationError::World(self.world));
         }
-        // The staging buffer's size, computed without wrapping (`WorkspaceLayout` assumes it
-        // fits): two halves and two latency windows per rank.
-        let staging = self
-            .staging_half_bytes
-            .checked_mul(2)
-            .zip(self.latency_window_bytes.checked_mul(2 * self.world as u64))
-            .and_then(|(halves, windows)| halves.checked_add(windows))
-            .and_then(|b| usize::try_from(b).ok())
-            .ok_or(EmulationError::Memory(u64::MAX))?;
         let layout = WorkspaceLayout::new(
             self.world,
             self.staging_half_bytes,
             self.latency_window_bytes,
         );
+        let staging = layout
+            .checked_staging_bytes()
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or(EmulationError::Memory(u64::MAX))?;
         let ranks = (0..self.world)
             .map(|_| {
                 Ok(RankMemory {

@@ -141,11 +141,8 @@ impl WorkspaceRequirements {
     /// # Ok::<(), purlin::Error>(())
     /// ```
     pub fn staging_bytes(&self, world: u32) -> Result<u64> {
-        let throughput = self.staging_half_bytes.checked_mul(2);
-        let latency = self.latency_window_bytes.checked_mul(2 * world as u64);
-        throughput
-            .zip(latency)
-            .and_then(|(t, l)| t.checked_add(l))
+        self.layout(world)
+            .checked_staging_bytes()
             .ok_or_else(|| overflow("staging"))
     }
 
