@@ -47,28 +47,39 @@ pub static PURLIN_COLLECTIVE_THREADS: u32 = if Native::THREADS < 256 {
 #[unsafe(no_mangle)]
 pub static PURLIN_COLLECTIVE_SMEM_BYTES: u32 = smem_bytes::<Native>();
 
-/// The arguments with this launch's block, grid and shared memory filled in, kept in the
-/// block's static scratch: thread 0 writes them, then every thread reads them there. Each thread
-/// keeping its own copy (a reference to a local value) would cost 17 local-memory stores per
-/// thread before the call starts.
+/// The arguments with this launch's block, grid and shared memory filled in, and the
+/// communicator's context, kept in the block's static scratch: thread 0 writes them (the
+/// context straight from the parameter space, every load in flight at once), then every thread
+/// reads them there. Each thread keeping its own copy (a reference to a local value) would cost
+/// 17 local-memory stores per thread before the call starts; the context read in place
+/// (`kernel_param!`) costs a generic load through the parameter space at each step that reads
+/// it.
 ///
 /// # Safety
 /// Every thread of the block calls, once per launch; nothing else uses the block's scratch.
 #[inline(always)]
-unsafe fn launched(mut args: SnacArgs) -> &'static SnacArgs {
-    const _: () = assert!(core::mem::size_of::<SnacArgs>() <= arch::BLOCK_SCRATCH_BYTES);
+unsafe fn launched(mut args: SnacArgs, ctx: Context) -> (&'static SnacArgs, &'static Context) {
+    const CONTEXT_AT: usize = core::mem::size_of::<SnacArgs>().div_ceil(16) * 16;
+    const _: () =
+        assert!(CONTEXT_AT + core::mem::size_of::<Context>() <= arch::BLOCK_SCRATCH_BYTES);
     let at = arch::block_scratch() as *mut SnacArgs;
+    // SAFETY: inside the scratch (checked above), 16-byte aligned like it.
+    let ctx_at = unsafe { arch::block_scratch().add(CONTEXT_AT) } as *mut Context;
     if arch::thread_index() == 0 {
         args.block = arch::block_index();
         args.blocks = arch::grid_blocks();
         args.smem = arch::dynamic_shared();
         args.smem_bytes = arch::dynamic_shared_bytes();
-        // SAFETY: the scratch holds a `SnacArgs` (checked above) and is 16-byte aligned.
-        unsafe { at.write(args) };
+        // SAFETY: the scratch holds a `SnacArgs` and then a `Context` (checked above) and is
+        // 16-byte aligned.
+        unsafe {
+            at.write(args);
+            ctx_at.write(ctx);
+        }
     }
     arch::sync_block();
     // SAFETY: written above before the barrier; not written again during this launch.
-    unsafe { &*at }
+    unsafe { (&*at, &*ctx_at) }
 }
 
 /// The kernels of one collective and one build (`$config`, with `$build` the kernel name's
@@ -100,11 +111,10 @@ macro_rules! collective_kernels {
             let Some(op) = ReduceOpKind::from_u32(op) else {
                 arch::trap()
             };
-            // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
-            // forwarded launch contract.
+            // SAFETY: every thread calls `launched` once; forwarded launch contract.
             unsafe {
-                let ctx = purlin_device::kernel_param!(ctx in symbol($name) [1]);
-                collective::$op::<Native, $config, $t>(launched(args), ctx, op)
+                let (args, ctx) = launched(args, ctx);
+                collective::$op::<Native, $config, $t>(args, ctx, op)
             }
         }
     };
@@ -120,11 +130,10 @@ macro_rules! collective_kernels {
         /// buffers; buffers and context valid.
         #[unsafe(export_name = $name)]
         pub unsafe extern "ptx-kernel" fn kernel(args: SnacArgs, ctx: Context) {
-            // SAFETY: `ctx` is this kernel's parameter 1; every thread calls `launched` once;
-            // forwarded launch contract.
+            // SAFETY: every thread calls `launched` once; forwarded launch contract.
             unsafe {
-                let ctx = purlin_device::kernel_param!(ctx in symbol($name) [1]);
-                collective::$entry::<Native, $config>(launched(args), ctx)
+                let (args, ctx) = launched(args, ctx);
+                collective::$entry::<Native, $config>(args, ctx)
             }
         }
     };

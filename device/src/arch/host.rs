@@ -496,7 +496,7 @@ pub fn dynamic_shared() -> *mut u8 {
 }
 
 /// Bytes at [`block_scratch`].
-pub const BLOCK_SCRATCH_BYTES: usize = 256;
+pub const BLOCK_SCRATCH_BYTES: usize = 512;
 
 /// Host: the emulated block's scratch, shared by its threads (outside a block, this thread's).
 #[inline(always)]

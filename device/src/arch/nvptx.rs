@@ -394,7 +394,7 @@ pub fn global_timer_ns() -> u64 {
 // ---------------------------------------------------------------- dynamic shared memory
 
 /// Bytes at [`block_scratch`]: static shared memory, allotted only to the kernels that use it.
-pub const BLOCK_SCRATCH_BYTES: usize = 256;
+pub const BLOCK_SCRATCH_BYTES: usize = 512;
 
 /// `cvta.shared.u64` of the module's static `.shared` scratch: the generic address of this
 /// block's [`BLOCK_SCRATCH_BYTES`] of scratch, apart from the dynamic shared memory.
