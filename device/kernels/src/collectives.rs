@@ -9,8 +9,9 @@
 //! `purlin_all_to_all_v`, and `purlin_<collective>_<type>` for `all_reduce`, `reduce_scatter`
 //! and `reduce_scatter_v` with the type's nccl-tests name (`float`, `half`, `bfloat16`,
 //! `f8e4m3`, `f8e5m2`); each also as `purlin_<collective>_latency[_<type>]`, built with only
-//! the latency paths (`snac::Latency`). Parameters: `(SnacArgs, Context)` (the context read
-//! in place, `kernel_param!`), plus `op: u32` (`ReduceOpKind`) for reductions.
+//! the latency paths (`snac::Latency`). Parameters: `(SnacArgs, Context)` (both copied once
+//! into the block's shared memory, see `launched`), plus `op: u32` (`ReduceOpKind`) for
+//! reductions.
 //!
 //! Launch with `PURLIN_COLLECTIVE_THREADS` threads per block, any number of blocks in
 //! `1..=MAX_BLOCKS` (the same on every rank), and `PURLIN_COLLECTIVE_SMEM_BYTES` bytes of
