@@ -343,7 +343,11 @@ impl<'a> Call<'a> {
         // store's asm is a compiler memory barrier, after which these would be read again.
         let (me, world) = (self.me(), self.world());
         let record = SignalLayout::arrival(self.half() as usize, me as usize, 0) as u64;
-        let words = [self.digest_word(0), self.digest_word(1), self.digest_word(2)];
+        let words = [
+            self.digest_word(0),
+            self.digest_word(1),
+            self.digest_word(2),
+        ];
         let mut q = self.tid;
         while q < world {
             if q != me {

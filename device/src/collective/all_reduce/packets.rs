@@ -85,7 +85,6 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
     op: P,
 ) -> Result<(), Left> {
     let flag = packet::flag32(call.epoch);
-    let w = Windows::of(call);
     let units = units(bytes);
     let Lanes {
         first,
@@ -97,7 +96,7 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
         // SAFETY: forwarded contract.
         let v = unsafe { load_unit(src, u, bytes) };
         // SAFETY: every peer's window for this rank holds every unit.
-        unsafe { put_to_peers(&w, u, v, flag) };
+        unsafe { put_to_peers(&Windows::of(call), u, v, flag) };
         u += stride;
     }
     call.mark(Point::Sent);
@@ -105,7 +104,8 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, P>(call, &w, op, (src, bytes), u, u, flag)? };
+        let v =
+            unsafe { reduce_unit::<T, P>(call, &Windows::of(call), op, (src, bytes), u, u, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         u += stride;
@@ -129,7 +129,6 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
-    let w = Windows::of(call);
     let units = units(bytes);
     let results = call.ctx.latency_window_bytes / 2;
     let shard_first = |q: u64| even_split(units as usize, world as usize, q as usize).0 as u64;
@@ -149,7 +148,7 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
             // SAFETY: forwarded contract; shard q fits the lower half of q's window.
             unsafe {
                 put_unit(
-                    w.to(q as u32),
+                    Windows::of(call).to(q as u32),
                     u - shard_first(q),
                     load_unit(src, u, bytes),
                     flag,
@@ -165,13 +164,14 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
     while i < my_len {
         let u = mine + i;
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, P>(call, &w, op, (src, bytes), u, i, flag)? };
+        let v =
+            unsafe { reduce_unit::<T, P>(call, &Windows::of(call), op, (src, bytes), u, i, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         for q in 0..world {
             if q != me {
                 // SAFETY: the result lies in the upper half of q's window for this rank.
-                unsafe { put_unit(w.to(q).add(results as usize), i, v, flag) };
+                unsafe { put_unit(Windows::of(call).to(q).add(results as usize), i, v, flag) };
             }
         }
         i += stride;
@@ -185,7 +185,7 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
             let v = unsafe {
                 get_unit(
                     call,
-                    w.from(q as u32).add(results as usize),
+                    Windows::of(call).from(q as u32).add(results as usize),
                     u - shard_first(q),
                     flag,
                     q as u32,
