@@ -247,6 +247,54 @@ macro_rules! in_flight {
     }};
 }
 
+/// Waits until unit `index` of every rank `base + i` whose bit `i` is set in `missing` is in
+/// this rank's window, every poll loading all the units still missing at once: awaited one
+/// rank after another, each unit that had come meanwhile still cost a round trip of its own,
+/// so a rank that looked before its peers had sent noticed the last of them up to
+/// `IN_FLIGHT` round trips late (AllGatherV at 8 ranks on an H100, run 11: the ranks that
+/// entered first received 5-6 µs after the last rank sent, that rank 2.4 µs after). Out of line,
+/// like [`await_unit`]: kept out of the unrolled loops that look at units already there.
+///
+/// # Safety
+/// The window here of every rank `missing` names holds at least `index + 1` units.
+#[inline(never)]
+unsafe fn await_units(
+    call: &Call,
+    w: &Windows,
+    index: u64,
+    flag: u32,
+    base: u32,
+    mut missing: u32,
+) -> Result<(), Left> {
+    while missing != 0 {
+        // The wait names a rank whose unit is still missing, so a timeout names the right one.
+        let first = missing.trailing_zeros();
+        call.spin(base + first, SignalKind::Packet, flag as u64, || {
+            let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
+            in_flight!(i => {
+                if missing & (1 << i) != 0 {
+                    // SAFETY: the window holds the unit (the caller's contract).
+                    raw[i as usize] = unsafe {
+                        packet::load_pair(w.from(base + i).add((index * UNIT_WINDOW) as usize))
+                    };
+                }
+            });
+            let mut seen = 0;
+            in_flight!(i => {
+                if missing & (1 << i) != 0 {
+                    match packet::decode_unit(raw[i as usize], flag) {
+                        Ok(_) => missing &= !(1 << i),
+                        Err(s) if i == first => seen = s,
+                        Err(_) => {}
+                    }
+                }
+            });
+            (missing & (1 << first) != 0).then_some(seen)
+        })?;
+    }
+    Ok(())
+}
+
 /// Unit `index` of every rank's window here, in rank order, handed to `each(rank, unit)`: the
 /// packets of [`IN_FLIGHT`] ranks are loaded before any is decoded, so units already there
 /// cost one round trip together rather than one each; a unit not there yet is then awaited
@@ -290,13 +338,31 @@ pub(crate) unsafe fn gather_unit_of<E: FnMut(u32, u128)>(
     let mut base = 0;
     while base < world {
         let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
+        let mut read = 0u32;
         in_flight!(i => {
             let p = base + i;
             if p < world && !(p == me && own.is_some()) && present(p) {
+                read |= 1 << i;
                 // SAFETY: both packets of the unit lie in the window.
                 raw[i as usize] = unsafe { packet::load_pair(slot(p)) };
             }
         });
+        let mut missing = 0u32;
+        in_flight!(i => {
+            if read & (1 << i) != 0 && packet::decode_unit(raw[i as usize], flag).is_err() {
+                missing |= 1 << i;
+            }
+        });
+        if missing != 0 {
+            // SAFETY: forwarded contract.
+            unsafe { await_units(call, w, index, flag, base, missing)? };
+            in_flight!(i => {
+                if missing & (1 << i) != 0 {
+                    // SAFETY: as above.
+                    raw[i as usize] = unsafe { packet::load_pair(slot(base + i)) };
+                }
+            });
+        }
         in_flight!(i => {
             let p = base + i;
             if p < world && present(p) {
