@@ -319,9 +319,10 @@ pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
 /// holds unit `index`); the others are neither read nor handed to `each`. With `TOGETHER`,
 /// the units missing at the first look are awaited together ([`await_units`]), not one rank
 /// after another: the V forms', whose ranks enter microseconds apart, so the first to enter
-/// miss every peer (AllGatherV 1 KiB at 8 ranks on an H100, run 12: 13.5 → 10.5 µs). The fixed
-/// forms keep the one-by-one wait: with it in their paths as well, AllGather, ReduceScatter
-/// and AllToAll ran 0.4-1.4 µs slower and AllReduce up to 2 µs (more spills, same run).
+/// miss every peer (AllGatherV 1 KiB at 8 ranks on an H100: 13.7 → 10.6 µs, run 13). The fixed
+/// forms and AllReduce keep the one-by-one wait: with the wait-together in their paths too,
+/// their kernels spilled more and ran slower (AllGather, ReduceScatter and AllToAll lost most
+/// of 0.8-1.2 µs, AllReduce up to 4 µs; `benches/RESULTS.md`, run 12).
 ///
 /// # Safety
 /// The window here of every rank `present` names holds at least `index + 1` units.
