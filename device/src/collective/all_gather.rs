@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::layout::{Layout, Packed, PackedV, Scattered, ScatteredV};
 use crate::snac::digest::Digest;
 use crate::snac::latency::{
-    Lanes, gather_unit, gather_unit_of, lanes, load_unit, put_to_peers, store_unit, units,
+    Lanes, Windows, gather_unit, gather_unit_of, lanes, load_unit, put_to_peers, store_unit, units,
 };
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
@@ -75,6 +75,7 @@ unsafe fn packets(
 ) -> Result<(), Left> {
     let me = call.me();
     let flag = packet::flag32(call.epoch);
+    let w = Windows::of(call);
     let units = units(bytes);
     let part = |p: u32| dst.wrapping_add((p as u64 * bytes) as usize);
     let own = part(me);
@@ -88,7 +89,7 @@ unsafe fn packets(
     while u < units {
         // SAFETY (both): forwarded contract; the windows hold every unit.
         let v = unsafe { load_unit(src, u, bytes) };
-        unsafe { put_to_peers(call, u, v, flag) };
+        unsafe { put_to_peers(&w, u, v, flag) };
         if !in_place {
             // SAFETY: this rank's part of `dst`.
             unsafe { store_unit(own, u, bytes, v) };
@@ -102,7 +103,7 @@ unsafe fn packets(
         // SAFETY: this rank's window for every peer holds the peer's units; `own` stands for
         // this rank's (already stored).
         unsafe {
-            gather_unit(call, u, flag, Some(0), |p, v| {
+            gather_unit(call, &w, u, flag, Some(0), |p, v| {
                 if p != me {
                     // SAFETY: part p of `dst`.
                     store_unit(part(p), u, bytes, v)
@@ -131,6 +132,7 @@ unsafe fn packets_v<S: Layout, D: Layout>(
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
+    let w = Windows::of(call);
     let own_len = src_parts.part(me, me).1;
     let part = |p: u32| {
         let (at, len) = dst_parts.part(me, p);
@@ -148,7 +150,7 @@ unsafe fn packets_v<S: Layout, D: Layout>(
     while u < units(own_len) {
         // SAFETY (both): forwarded contract; the windows hold every unit.
         let v = unsafe { load_unit(src, u, own_len) };
-        unsafe { put_to_peers(call, u, v, flag) };
+        unsafe { put_to_peers(&w, u, v, flag) };
         if !in_place {
             // SAFETY: this rank's part of `dst`.
             unsafe { store_unit(own, u, own_len, v) };
@@ -162,8 +164,9 @@ unsafe fn packets_v<S: Layout, D: Layout>(
         // SAFETY: this rank's window for every peer holds the peer's part, whose units
         // `present` names; this rank's own part is already stored.
         unsafe {
-            gather_unit_of(
+            gather_unit_of::<true, _>(
                 call,
+                &w,
                 u,
                 flag,
                 None,

@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::layout::{Layout, Scattered, ScatteredV, Transposed, TransposedV};
 use crate::snac::digest::Digest;
 use crate::snac::latency::{
-    Lanes, gather_unit, gather_unit_of, lanes, load_unit, scatter_unit, store_unit, units,
+    Lanes, Windows, gather_unit, gather_unit_of, lanes, load_unit, scatter_unit, store_unit, units,
 };
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
@@ -126,6 +126,7 @@ unsafe fn packets(
 ) -> Result<(), Left> {
     let me = call.me();
     let flag = packet::flag32(call.epoch);
+    let w = Windows::of(call);
     let units = units(bytes);
     let at = |p: u32| (p as u64 * bytes) as usize;
     let Lanes {
@@ -139,7 +140,7 @@ unsafe fn packets(
         // holds every unit.
         let own = unsafe {
             scatter_unit(
-                call,
+                &w,
                 u,
                 flag,
                 |_| true,
@@ -157,7 +158,7 @@ unsafe fn packets(
         // SAFETY: this rank's window for every peer holds the peer's units; `own` stands for
         // this rank's part (already stored).
         unsafe {
-            gather_unit(call, u, flag, Some(0), |p, v| {
+            gather_unit(call, &w, u, flag, Some(0), |p, v| {
                 if p != me {
                     // SAFETY: part p of `dst`.
                     store_unit(dst.wrapping_add(at(p)), u, bytes, v)
@@ -187,6 +188,7 @@ unsafe fn packets_v<S: Layout, D: Layout>(
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
+    let w = Windows::of(call);
     let sent = |q: u32| {
         let (at, len) = src_parts.part(me, q);
         (src.wrapping_add(at as usize), len)
@@ -211,7 +213,7 @@ unsafe fn packets_v<S: Layout, D: Layout>(
         // unit u; every peer's window for this rank holds its part.
         let own = unsafe {
             scatter_unit(
-                call,
+                &w,
                 u,
                 flag,
                 |q| u < units(sent(q).1),
@@ -235,8 +237,9 @@ unsafe fn packets_v<S: Layout, D: Layout>(
         // SAFETY: this rank's window for every peer holds the part it receives from the peer,
         // whose units `present` names; this rank's own part is already stored.
         unsafe {
-            gather_unit_of(
+            gather_unit_of::<true, _>(
                 call,
+                &w,
                 u,
                 flag,
                 None,

@@ -10,7 +10,9 @@ use crate::element::Element;
 use crate::layout::{Layout, Scattered, ScatteredV};
 use crate::op::{ReduceOp, ReduceOpKind};
 use crate::snac::digest::Digest;
-use crate::snac::latency::{Lanes, gather_unit, lanes, load_unit, scatter_unit, store_unit, units};
+use crate::snac::latency::{
+    Lanes, Windows, gather_unit, lanes, load_unit, scatter_unit, store_unit, units,
+};
 use crate::snac::packet;
 use crate::snac::symmetric::PeerAccess;
 use crate::snac::sync::{Call, Left};
@@ -160,6 +162,7 @@ unsafe fn packets<S: Layout, R: Reducer>(
 ) -> Result<(), Left> {
     let (me, world) = (call.me(), call.world());
     let flag = packet::flag32(call.epoch);
+    let w = Windows::of(call);
     let part = |q: u32| {
         let (at, len) = src_parts.part(me, q);
         (src.wrapping_add(at as usize), len)
@@ -177,7 +180,7 @@ unsafe fn packets<S: Layout, R: Reducer>(
         // when reduced: keeping it would hold a register per unit across the wait.
         let _ = unsafe {
             scatter_unit(
-                call,
+                &w,
                 u,
                 flag,
                 |q| q != me && u < units(part(q).1),
@@ -199,7 +202,7 @@ unsafe fn packets<S: Layout, R: Reducer>(
         // before it writes it); this rank's window for every peer holds the peer's units.
         unsafe {
             let v = load_unit(own, u, len);
-            gather_unit(call, u, flag, Some(v), |p, v| {
+            gather_unit(call, &w, u, flag, Some(v), |p, v| {
                 reducer.fold_unit(&mut acc, p == 0, v)
             })?;
             store_unit(dst, u, len, reducer.unit_of(acc));

@@ -18,6 +18,7 @@ use super::packet;
 use super::sync::{Call, DIGEST_WARP, Left};
 use super::transfer::Reducer;
 use crate::arch;
+use crate::context::MAX_RANKS;
 
 /// Bytes of window per unit (two packets).
 pub(crate) const UNIT_WINDOW: u64 = 32;
@@ -116,12 +117,11 @@ pub(crate) unsafe fn put_unit(window: *mut u8, index: u64, v: u128, flag: u32) {
 /// # Safety
 /// Every peer's window for this rank holds at least `index + 1` units.
 #[inline(always)]
-pub(crate) unsafe fn put_to_peers(call: &Call, index: u64, v: u128, flag: u32) {
-    let me = call.me();
-    for q in 0..call.world() {
-        if q != me {
+pub(crate) unsafe fn put_to_peers(w: &Windows, index: u64, v: u128, flag: u32) {
+    for q in 0..w.world {
+        if q != w.me {
             // SAFETY: the caller's contract.
-            unsafe { put_unit(window(call, q, me), index, v, flag) };
+            unsafe { put_unit(w.to(q), index, v, flag) };
         }
     }
 }
@@ -172,13 +172,59 @@ pub(crate) unsafe fn get_unit(
     Ok(unit)
 }
 
-/// The window rank `rank` keeps for `sender` in this call's half.
-#[inline(always)]
-pub(crate) fn window(call: &Call, rank: u32, sender: u32) -> *mut u8 {
-    let layout = call.ctx.layout();
-    (call.ctx.staging[rank as usize]
-        + layout.latency_offset(call.half())
-        + sender as u64 * layout.latency_window_bytes) as *mut u8
+/// Where one call's latency windows lie, read from the context once per packet path: the
+/// window every peer keeps for this rank (written) and the ones this rank keeps for its peers
+/// (read). Each packet store or poll is an `asm!` block that may touch any memory, after which
+/// the compiler reloads whatever it reads from memory: taken from the context at every packet,
+/// an address cost a chain of dependent loads (the context's address from the caller's frame,
+/// then its fields). From here a peer's window costs one load (its staging base), and this
+/// rank's own windows none.
+#[derive(Clone, Copy)]
+pub(crate) struct Windows<'a> {
+    /// Every rank's staging base, as this rank addresses it.
+    staging: &'a [u64; MAX_RANKS],
+    /// Offset in a rank's staging slab of the window it keeps for this rank.
+    outgoing: u64,
+    /// Address of the window this rank keeps for rank 0; rank `p`'s follows at `p × bytes`.
+    incoming: u64,
+    /// Bytes of one window.
+    bytes: u64,
+    /// This rank.
+    pub(crate) me: u32,
+    /// Ranks in the communicator.
+    pub(crate) world: u32,
+}
+
+impl<'a> Windows<'a> {
+    /// The windows of `call`'s half.
+    #[inline(always)]
+    pub(crate) fn of(call: &Call<'a>) -> Self {
+        let ctx = call.ctx;
+        let layout = ctx.layout();
+        let offset = layout.latency_offset(call.half());
+        let bytes = layout.latency_window_bytes;
+        let me = ctx.rank;
+        Windows {
+            staging: &ctx.staging,
+            outgoing: offset + me as u64 * bytes,
+            incoming: ctx.staging[me as usize] + offset,
+            bytes,
+            me,
+            world: ctx.world,
+        }
+    }
+
+    /// The window rank `rank` keeps for this rank (where this rank's packets to it go).
+    #[inline(always)]
+    pub(crate) fn to(&self, rank: u32) -> *mut u8 {
+        (self.staging[rank as usize] + self.outgoing) as *mut u8
+    }
+
+    /// The window this rank keeps for `sender` (where its packets arrive).
+    #[inline(always)]
+    pub(crate) fn from(&self, sender: u32) -> *mut u8 {
+        (self.incoming + sender as u64 * self.bytes) as *mut u8
+    }
 }
 
 /// Ranks whose packets one thread loads before it decodes any.
@@ -201,6 +247,54 @@ macro_rules! in_flight {
     }};
 }
 
+/// Waits until unit `index` of every rank `base + i` whose bit `i` is set in `missing` is in
+/// this rank's window, every poll loading all the units still missing at once: awaited one
+/// rank after another, each unit that had come meanwhile still cost a round trip of its own,
+/// so a rank that looked before its peers had sent noticed the last of them up to
+/// `IN_FLIGHT` round trips late (AllGatherV at 8 ranks on an H100, run 11: the ranks that
+/// entered first received 5-6 µs after the last rank sent, that rank 2.4 µs after). Out of line,
+/// like [`await_unit`]: kept out of the unrolled loops that look at units already there.
+///
+/// # Safety
+/// The window here of every rank `missing` names holds at least `index + 1` units.
+#[inline(never)]
+unsafe fn await_units(
+    call: &Call,
+    w: &Windows,
+    index: u64,
+    flag: u32,
+    base: u32,
+    mut missing: u32,
+) -> Result<(), Left> {
+    while missing != 0 {
+        // The wait names a rank whose unit is still missing, so a timeout names the right one.
+        let first = missing.trailing_zeros();
+        call.spin(base + first, SignalKind::Packet, flag as u64, || {
+            let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
+            in_flight!(i => {
+                if missing & (1 << i) != 0 {
+                    // SAFETY: the window holds the unit (the caller's contract).
+                    raw[i as usize] = unsafe {
+                        packet::load_pair(w.from(base + i).add((index * UNIT_WINDOW) as usize))
+                    };
+                }
+            });
+            let mut seen = 0;
+            in_flight!(i => {
+                if missing & (1 << i) != 0 {
+                    match packet::decode_unit(raw[i as usize], flag) {
+                        Ok(_) => missing &= !(1 << i),
+                        Err(s) if i == first => seen = s,
+                        Err(_) => {}
+                    }
+                }
+            });
+            (missing & (1 << first) != 0).then_some(seen)
+        })?;
+    }
+    Ok(())
+}
+
 /// Unit `index` of every rank's window here, in rank order, handed to `each(rank, unit)`: the
 /// packets of [`IN_FLIGHT`] ranks are loaded before any is decoded, so units already there
 /// cost one round trip together rather than one each; a unit not there yet is then awaited
@@ -211,44 +305,72 @@ macro_rules! in_flight {
 #[inline(always)]
 pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
     call: &Call,
+    w: &Windows,
     index: u64,
     flag: u32,
     own: Option<u128>,
     each: E,
 ) -> Result<(), Left> {
     // SAFETY: forwarded contract.
-    unsafe { gather_unit_of(call, index, flag, own, |_| true, each) }
+    unsafe { gather_unit_of::<false, _>(call, w, index, flag, own, |_| true, each) }
 }
 
 /// [`gather_unit`] over the ranks `present(rank)` names (the V forms: the ranks whose part
-/// holds unit `index`); the others are neither read nor handed to `each`.
+/// holds unit `index`); the others are neither read nor handed to `each`. With `TOGETHER`,
+/// the units missing at the first look are awaited together ([`await_units`]), not one rank
+/// after another: the V forms', whose ranks enter microseconds apart, so the first to enter
+/// miss every peer (AllGatherV 1 KiB at 8 ranks on an H100: 13.7 → 10.6 µs, run 13). The fixed
+/// forms and AllReduce keep the one-by-one wait: with the wait-together in their paths too,
+/// their kernels spilled more and ran slower (AllGather, ReduceScatter and AllToAll lost most
+/// of 0.8-1.2 µs, AllReduce up to 4 µs; `benches/RESULTS.md`, run 12).
 ///
 /// # Safety
 /// The window here of every rank `present` names holds at least `index + 1` units.
 #[inline(always)]
-pub(crate) unsafe fn gather_unit_of<E: FnMut(u32, u128)>(
+pub(crate) unsafe fn gather_unit_of<const TOGETHER: bool, E: FnMut(u32, u128)>(
     call: &Call,
+    w: &Windows,
     index: u64,
     flag: u32,
     own: Option<u128>,
     present: impl Fn(u32) -> bool,
     mut each: E,
 ) -> Result<(), Left> {
-    let (me, world) = (call.me(), call.world());
+    let (me, world) = (w.me, w.world);
     let slot = |p: u32| -> *const u8 {
         // SAFETY: the window holds the unit (the caller's contract).
-        unsafe { window(call, me, p).add((index * UNIT_WINDOW) as usize) }
+        unsafe { w.from(p).add((index * UNIT_WINDOW) as usize) }
     };
     let mut base = 0;
     while base < world {
         let mut raw = [[[0u64; 2]; 2]; IN_FLIGHT as usize];
+        let mut read = 0u32;
         in_flight!(i => {
             let p = base + i;
             if p < world && !(p == me && own.is_some()) && present(p) {
+                read |= 1 << i;
                 // SAFETY: both packets of the unit lie in the window.
                 raw[i as usize] = unsafe { packet::load_pair(slot(p)) };
             }
         });
+        let mut missing = 0u32;
+        if TOGETHER {
+            in_flight!(i => {
+                if read & (1 << i) != 0 && packet::decode_unit(raw[i as usize], flag).is_err() {
+                    missing |= 1 << i;
+                }
+            });
+        }
+        if missing != 0 {
+            // SAFETY: forwarded contract.
+            unsafe { await_units(call, w, index, flag, base, missing)? };
+            in_flight!(i => {
+                if missing & (1 << i) != 0 {
+                    // SAFETY: as above.
+                    raw[i as usize] = unsafe { packet::load_pair(slot(base + i)) };
+                }
+            });
+        }
         in_flight!(i => {
             let p = base + i;
             if p < world && present(p) {
@@ -257,7 +379,7 @@ pub(crate) unsafe fn gather_unit_of<E: FnMut(u32, u128)>(
                     _ => match packet::decode_unit(raw[i as usize], flag) {
                         Ok(v) => v,
                         // SAFETY: as above.
-                        Err(_) => unsafe { await_unit(call, window(call, me, p), index, flag, p)? },
+                        Err(_) => unsafe { await_unit(call, w.from(p), index, flag, p)? },
                     },
                 };
                 each(p, unit);
@@ -281,13 +403,13 @@ pub(crate) unsafe fn gather_unit_of<E: FnMut(u32, u128)>(
 /// `part(q)` may be called for every rank `q` that `present` names.
 #[inline(always)]
 pub(crate) unsafe fn scatter_unit(
-    call: &Call,
+    w: &Windows,
     index: u64,
     flag: u32,
     present: impl Fn(u32) -> bool,
     part: impl Fn(u32) -> u128,
 ) -> u128 {
-    let (me, world) = (call.me(), call.world());
+    let (me, world) = (w.me, w.world);
     let mut own = 0;
     let mut base = 0;
     while base < world {
@@ -303,7 +425,7 @@ pub(crate) unsafe fn scatter_unit(
                 own = units[i as usize];
             } else if q < world && present(q) {
                 // SAFETY: rank q's window for this rank holds the unit (the caller's contract).
-                unsafe { put_unit(window(call, q, me), index, units[i as usize], flag) };
+                unsafe { put_unit(w.to(q), index, units[i as usize], flag) };
             }
         });
         base += IN_FLIGHT;

@@ -339,17 +339,24 @@ impl<'a> Call<'a> {
             return;
         }
         let flag = packet::flag32(self.epoch);
+        // Everything but the peer's signal array is read before the first packet store: each
+        // store's asm is a compiler memory barrier, after which these would be read again.
+        let (me, world) = (self.me(), self.world());
+        let record = SignalLayout::arrival(self.half() as usize, me as usize, 0) as u64;
+        let words = [
+            self.digest_word(0),
+            self.digest_word(1),
+            self.digest_word(2),
+        ];
         let mut q = self.tid;
-        while q < self.world() {
-            if q != self.me() {
-                for k in 0..ARRIVAL_PACKETS {
-                    let v = if k == 3 {
-                        self.counts_packet_for(q)
-                    } else {
-                        self.digest_word(k)
-                    };
-                    // SAFETY: rank q's signal array holds this rank's arrival packets.
-                    unsafe { packet::put(self.arrival(q, self.me(), k), v, flag) };
+        while q < world {
+            if q != me {
+                let at = (self.ctx.signals[q as usize] + record) as *mut u8;
+                let packets: Digest = [words[0], words[1], words[2], self.counts_packet_for(q)];
+                for (k, v) in packets.into_iter().enumerate() {
+                    // SAFETY: rank q's signal array holds this rank's arrival record, whose
+                    // `ARRIVAL_PACKETS` packets lie 16 bytes apart from `at`.
+                    unsafe { packet::put(at.add(k * 16), v, flag) };
                 }
             }
             q += self.threads;

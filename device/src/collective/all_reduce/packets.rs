@@ -15,8 +15,8 @@
 use crate::element::Element;
 use crate::partition::even_split;
 use crate::snac::latency::{
-    Lanes, UNIT_WINDOW, gather_unit, get_unit, lanes, load_unit, put_to_peers, put_unit,
-    store_unit, units, window,
+    Lanes, UNIT_WINDOW, Windows, gather_unit, get_unit, lanes, load_unit, put_to_peers, put_unit,
+    store_unit, units,
 };
 use crate::snac::packet;
 use crate::snac::sync::{Call, Left};
@@ -50,9 +50,9 @@ pub(crate) const fn owner(u: u64, units: u64, world: u64) -> u64 {
 #[inline(always)]
 unsafe fn reduce_unit<T: Element, P: Operator>(
     call: &Call,
+    w: &Windows,
     op: P,
-    src: *const u8,
-    bytes: u64,
+    (src, bytes): (*const u8, u64),
     u: u64,
     index: u64,
     flag: u32,
@@ -63,7 +63,7 @@ unsafe fn reduce_unit<T: Element, P: Operator>(
     let own = unsafe { load_unit(src, u, bytes) };
     // SAFETY: forwarded contract.
     unsafe {
-        gather_unit(call, index, flag, Some(own), |p, v| {
+        gather_unit(call, w, index, flag, Some(own), |p, v| {
             reducer.fold_unit(&mut acc, p == 0, v)
         })?
     };
@@ -85,6 +85,9 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
     op: P,
 ) -> Result<(), Left> {
     let flag = packet::flag32(call.epoch);
+    // The windows are taken from the context at each use (`Windows::of`), not held across the
+    // loops: held beside the reduction's registers they spilled (the bf16 kernel's frame grew
+    // from 320 to 480 B) and cost 2 µs at 1 MiB on an H100 (`benches/RESULTS.md`, run 11).
     let units = units(bytes);
     let Lanes {
         first,
@@ -96,7 +99,7 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
         // SAFETY: forwarded contract.
         let v = unsafe { load_unit(src, u, bytes) };
         // SAFETY: every peer's window for this rank holds every unit.
-        unsafe { put_to_peers(call, u, v, flag) };
+        unsafe { put_to_peers(&Windows::of(call), u, v, flag) };
         u += stride;
     }
     call.mark(Point::Sent);
@@ -104,7 +107,8 @@ pub(super) unsafe fn one_shot<T: Element, P: Operator>(
     let mut u = first;
     while u < units {
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, P>(call, op, src, bytes, u, u, flag)? };
+        let v =
+            unsafe { reduce_unit::<T, P>(call, &Windows::of(call), op, (src, bytes), u, u, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         u += stride;
@@ -147,7 +151,7 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
             // SAFETY: forwarded contract; shard q fits the lower half of q's window.
             unsafe {
                 put_unit(
-                    window(call, q as u32, me),
+                    Windows::of(call).to(q as u32),
                     u - shard_first(q),
                     load_unit(src, u, bytes),
                     flag,
@@ -163,13 +167,14 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
     while i < my_len {
         let u = mine + i;
         // SAFETY: forwarded contract.
-        let v = unsafe { reduce_unit::<T, P>(call, op, src, bytes, u, i, flag)? };
+        let v =
+            unsafe { reduce_unit::<T, P>(call, &Windows::of(call), op, (src, bytes), u, i, flag)? };
         // SAFETY: forwarded contract.
         unsafe { store_unit(dst, u, bytes, v) };
         for q in 0..world {
             if q != me {
                 // SAFETY: the result lies in the upper half of q's window for this rank.
-                unsafe { put_unit(window(call, q, me).add(results as usize), i, v, flag) };
+                unsafe { put_unit(Windows::of(call).to(q).add(results as usize), i, v, flag) };
             }
         }
         i += stride;
@@ -183,7 +188,7 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
             let v = unsafe {
                 get_unit(
                     call,
-                    window(call, me, q as u32).add(results as usize),
+                    Windows::of(call).from(q as u32).add(results as usize),
                     u - shard_first(q),
                     flag,
                     q as u32,
