@@ -51,7 +51,8 @@ fi
 strip "$bundle"/bin/* 2>/dev/null || true
 # Precompiled sm_90 cubins of the embedded PTX (ptxas here), so the GPU machine's driver need not
 # JIT-compile them (PURLIN_CUBIN_DIR, see purlin::ptx::precompiled; run.sh sets it). Each cubin
-# carries the fingerprint of the PTX it was made from; a stale one is ignored.
+# carries the fingerprint of the PTX it was made from; a stale one is ignored. CUBIN_ARCHS=90
+# (see cubins.sh) makes a bundle in about 5 min instead of 20 whose Atom tests JIT-compile.
 "$root/scripts/cubins.sh" "$root/target/ptx" "$bundle/cubin"
 cp "$root/scripts/gpu-run.sh" "$bundle/run.sh"
 cp "$root/benches/torch_baseline.py" "$root/scripts/probe-blocking.py" "$bundle/"
