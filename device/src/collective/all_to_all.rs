@@ -237,7 +237,7 @@ unsafe fn packets_v<S: Layout, D: Layout>(
         // SAFETY: this rank's window for every peer holds the part it receives from the peer,
         // whose units `present` names; this rank's own part is already stored.
         unsafe {
-            gather_unit_of::<true, _>(
+            gather_unit_of::<false, _>(
                 call,
                 &w,
                 u,

@@ -132,7 +132,7 @@ pub(crate) unsafe fn put_to_peers(w: &Windows, index: u64, v: u128, flag: u32) {
 /// # Safety
 /// As [`get_unit`].
 #[inline(never)]
-unsafe fn await_unit(
+pub(crate) unsafe fn await_unit(
     call: &Call,
     window: *const u8,
     index: u64,
@@ -318,11 +318,12 @@ pub(crate) unsafe fn gather_unit<E: FnMut(u32, u128)>(
 /// [`gather_unit`] over the ranks `present(rank)` names (the V forms: the ranks whose part
 /// holds unit `index`); the others are neither read nor handed to `each`. With `TOGETHER`,
 /// the units missing at the first look are awaited together ([`await_units`]), not one rank
-/// after another: the V forms', whose ranks enter microseconds apart, so the first to enter
-/// miss every peer (AllGatherV 1 KiB at 8 ranks on an H100: 13.7 → 10.6 µs, run 13). The fixed
-/// forms and AllReduce keep the one-by-one wait: with the wait-together in their paths too,
-/// their kernels spilled more and ran slower (AllGather, ReduceScatter and AllToAll lost most
-/// of 0.8-1.2 µs, AllReduce up to 4 µs; `benches/RESULTS.md`, run 12).
+/// after another: AllGatherV's, whose ranks enter microseconds apart, so the first to enter
+/// miss every peer (AllGatherV 1 KiB at 8 ranks on an H100: 13.7 → 10.6 µs, run 13). The other
+/// paths keep the one-by-one wait: with the wait-together in them, the fixed forms' kernels
+/// spilled more and ran slower (AllGather, ReduceScatter and AllToAll lost most of 0.8-1.2 µs,
+/// AllReduce up to 4 µs; `benches/RESULTS.md`, run 12), and AllToAllV ran 0.7-1.4 µs slower
+/// at 1-32 KiB (run 14).
 ///
 /// # Safety
 /// The window here of every rank `present` names holds at least `index + 1` units.
