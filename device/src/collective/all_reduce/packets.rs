@@ -15,13 +15,31 @@
 use crate::element::Element;
 use crate::partition::even_split;
 use crate::snac::latency::{
-    Lanes, UNIT_WINDOW, Windows, gather_unit, get_unit, lanes, load_unit, put_to_peers, put_unit,
+    Lanes, UNIT_WINDOW, Windows, await_unit, gather_unit, lanes, load_unit, put_to_peers, put_unit,
     store_unit, units,
 };
 use crate::snac::packet;
 use crate::snac::sync::{Call, Left};
 use crate::snac::trace::Point;
 use crate::snac::transfer::{Operator, Reducer, Typed};
+
+/// Units of one thread loaded before any is sent or decoded in the two-shot scatter and gather.
+const BATCH: u64 = 4;
+
+/// Runs `$body` once for each `$b` in `0..BATCH`, written out, so the arrays it indexes stay in
+/// registers.
+macro_rules! batch {
+    ($b:ident => $body:block) => {{
+        const _: () = assert!(BATCH == 4);
+        batch!(@each $b => $body; 0 1 2 3)
+    }};
+    (@each $b:ident => $body:block; $($n:literal)*) => {{
+        $({
+            let $b: u64 = $n;
+            $body
+        })*
+    }};
+}
 
 /// Whether two-shot fits: the largest shard in half a window.
 #[inline(always)]
@@ -143,22 +161,31 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
         warp_kept,
     } = lanes(call, blocks, units);
 
-    // 1. Scatter: the units of shard q to rank q.
+    // 1. Scatter: the units of shard q to rank q, `BATCH` of this thread's units loaded before
+    // any is sent (each packet store waits for its unit's load).
     let mut u = first;
     while u < units {
-        let q = owner(u, units, world as u64);
-        if q != me as u64 {
-            // SAFETY: forwarded contract; shard q fits the lower half of q's window.
-            unsafe {
-                put_unit(
-                    Windows::of(call).to(q as u32),
-                    u - shard_first(q),
-                    load_unit(src, u, bytes),
-                    flag,
-                )
-            };
-        }
-        u += stride;
+        let mut v = [0u128; BATCH as usize];
+        batch!(b => {
+            let ub = u + b * stride;
+            if ub < units {
+                // SAFETY: forwarded contract.
+                v[b as usize] = unsafe { load_unit(src, ub, bytes) };
+            }
+        });
+        batch!(b => {
+            let ub = u + b * stride;
+            if ub < units {
+                let q = owner(ub, units, world as u64);
+                if q != me as u64 {
+                    // SAFETY: forwarded contract; shard q fits the lower half of q's window.
+                    unsafe {
+                        put_unit(Windows::of(call).to(q as u32), ub - shard_first(q), v[b as usize], flag)
+                    };
+                }
+            }
+        });
+        u += BATCH * stride;
     }
     call.mark(Point::Sent);
     call.check_digests_early(warp_kept);
@@ -179,25 +206,45 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
         }
         i += stride;
     }
-    // 3. Gather the other shards' results.
+    // 3. Gather the other shards' results, the packets of `BATCH` of this thread's units loaded
+    // before any is decoded; a unit not there yet is then awaited alone.
     let mut u = first;
     while u < units {
-        let q = owner(u, units, world as u64);
-        if q != me as u64 {
-            // SAFETY: rank q's results lie in the upper half of its window here.
-            let v = unsafe {
-                get_unit(
-                    call,
-                    Windows::of(call).from(q as u32).add(results as usize),
-                    u - shard_first(q),
-                    flag,
-                    q as u32,
-                )?
-            };
-            // SAFETY: forwarded contract.
-            unsafe { store_unit(dst, u, bytes, v) };
-        }
-        u += stride;
+        let mut slot = [core::ptr::null::<u8>(); BATCH as usize];
+        let mut raw = [[[0u64; 2]; 2]; BATCH as usize];
+        batch!(b => {
+            let ub = u + b * stride;
+            if ub < units {
+                let q = owner(ub, units, world as u64);
+                if q != me as u64 {
+                    // SAFETY: rank q's results lie in the upper half of its window here.
+                    let at = unsafe {
+                        Windows::of(call)
+                            .from(q as u32)
+                            .add((results + (ub - shard_first(q)) * UNIT_WINDOW) as usize)
+                    };
+                    slot[b as usize] = at;
+                    // SAFETY: as above.
+                    raw[b as usize] = unsafe { packet::load_pair(at) };
+                }
+            }
+        });
+        batch!(b => {
+            let ub = u + b * stride;
+            let at = slot[b as usize];
+            if !at.is_null() {
+                let v = match packet::decode_unit(raw[b as usize], flag) {
+                    Ok(v) => v,
+                    // SAFETY: as above.
+                    Err(_) => unsafe {
+                        await_unit(call, at, 0, flag, owner(ub, units, world as u64) as u32)?
+                    },
+                };
+                // SAFETY: forwarded contract.
+                unsafe { store_unit(dst, ub, bytes, v) };
+            }
+        });
+        u += BATCH * stride;
     }
     call.mark(Point::Received);
     Ok(())
