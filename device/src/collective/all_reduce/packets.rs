@@ -180,7 +180,12 @@ pub(super) unsafe fn two_shot<T: Element, P: Operator>(
                 if q != me as u64 {
                     // SAFETY: forwarded contract; shard q fits the lower half of q's window.
                     unsafe {
-                        put_unit(Windows::of(call).to(q as u32), ub - shard_first(q), v[b as usize], flag)
+                        put_unit(
+                            Windows::of(call).to(q as u32),
+                            ub - shard_first(q),
+                            v[b as usize],
+                            flag,
+                        )
                     };
                 }
             }
