@@ -118,6 +118,20 @@ macro_rules! wire_enum {
     (@text [$($variant:ident = $value:literal),+]) => {};
 }
 
+/// Runs `$body` once for each index literal `$n`, written out, with `$i` bound to it as a `$t`:
+/// every index is a constant, so arrays indexed by it stay in registers (an array indexed at run
+/// time lives in local memory, which made gathering slower than waiting in turn, and LLVM does
+/// not unroll loops whose body holds a reduction's four operators). The packet paths wrap it
+/// with their count's literals (`snac::latency`'s `in_flight!`, AllReduce two-shot's `batch!`).
+macro_rules! unrolled {
+    ([$($n:literal)*], $i:ident: $t:ty => $body:block) => {{
+        $({
+            let $i: $t = $n;
+            $body
+        })*
+    }};
+}
+
 pub mod arch;
 pub mod atom;
 pub mod collective;

@@ -230,20 +230,11 @@ impl<'a> Windows<'a> {
 /// Ranks whose packets one thread loads before it decodes any.
 const IN_FLIGHT: u32 = 8;
 
-/// Runs `$body` once for each `$i` in `0..IN_FLIGHT`, written out: every index is a constant,
-/// so arrays indexed by it stay in registers (an array indexed at run time lives in local
-/// memory, which made gathering slower than waiting in turn, and LLVM does not unroll loops
-/// whose body holds a reduction's four operators).
+/// Runs `$body` once for each `$i` in `0..IN_FLIGHT`, written out (see `unrolled!`).
 macro_rules! in_flight {
-    ($i:ident => $body:block) => {
-        in_flight!(@each $i => $body; 0 1 2 3 4 5 6 7)
-    };
-    (@each $i:ident => $body:block; $($n:literal)*) => {{
-        const _: () = assert!(IN_FLIGHT == [$($n),*].len() as u32);
-        $({
-            let $i: u32 = $n;
-            $body
-        })*
+    ($i:ident => $body:block) => {{
+        const _: () = assert!(IN_FLIGHT == 8);
+        unrolled!([0 1 2 3 4 5 6 7], $i: u32 => $body)
     }};
 }
 

@@ -26,18 +26,11 @@ use crate::snac::transfer::{Operator, Reducer, Typed};
 /// Units of one thread loaded before any is sent or decoded in the two-shot scatter and gather.
 const BATCH: u64 = 4;
 
-/// Runs `$body` once for each `$b` in `0..BATCH`, written out, so the arrays it indexes stay in
-/// registers.
+/// Runs `$body` once for each `$b` in `0..BATCH`, written out (see `unrolled!`).
 macro_rules! batch {
     ($b:ident => $body:block) => {{
         const _: () = assert!(BATCH == 4);
-        batch!(@each $b => $body; 0 1 2 3)
-    }};
-    (@each $b:ident => $body:block; $($n:literal)*) => {{
-        $({
-            let $b: u64 = $n;
-            $body
-        })*
+        unrolled!([0 1 2 3], $b: u64 => $body)
     }};
 }
 
