@@ -12,6 +12,10 @@
 //! packets were still faster (AllReduce: 2 MiB at 8 and 2 ranks, 4 MiB at 4; `bound × world` of 512
 //! KiB for AllGather and AllToAll, 1 MiB for ReduceScatter); the other worlds keep the original's.
 //! The V forms take their fixed-size counterpart's largest band: the tuner does not sweep them yet.
+//! AllReduce's bands above 64 KiB were split by hand on 2026-12-08 (H100, virtual node,
+//! `benches/RESULTS.md` run 17; the table file's comments give the numbers): fewer blocks where
+//! the pass over reached buffers starts (1-4 MiB at 8 ranks, 2-4 at 4, 4-8 at 2) and at 64-128
+//! KiB (8 ranks) and 64-256 KiB (4 ranks), the tuner's blocks elsewhere.
 
 use super::Row;
 use purlin_device::collective::{Algorithm, CollectiveKind};
